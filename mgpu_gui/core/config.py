@@ -1,0 +1,203 @@
+"""RunConfig: everything one training run needs, as plain JSON-able data.
+
+The supervisor (CLI or GUI) builds and validates it, writes it into the run
+folder, and the worker reads it back; nothing else crosses that boundary.
+Validation here needs neither TensorFlow nor NVML, so it is instant.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from mgpu_gui.core.errors import ConfigError
+from mgpu_gui.core.plain import to_plain
+
+DEMO = "demo"
+MODEL_SUFFIXES = (".keras", ".h5", ".hdf5", ".py")
+EXPORT_FORMATS = ("keras", "h5", "savedmodel")
+OPTIMIZERS = ("adam", "adamw", "sgd", "rmsprop", "nadam", "adagrad")
+
+
+class DeviceKind(str, Enum):
+    AUTO = "auto"  # all (or the chosen) GPUs when NVML sees some, else CPU replicas
+    GPU = "gpu"
+    CPU = "cpu"
+
+
+@dataclass(frozen=True)
+class DeviceSelection:
+    """Which devices to train on.
+
+    `gpus` names GPUs by NVML index or UUID; `replicas` asks for a count (the
+    first N GPUs, or N logical CPU devices when training on CPU).
+    """
+
+    kind: DeviceKind = DeviceKind.AUTO
+    gpus: tuple[str, ...] = ()
+    replicas: int | None = None
+
+
+@dataclass(frozen=True)
+class EarlyStoppingConfig:
+    enabled: bool = False
+    monitor: str = "val_loss"
+    patience: int = 5
+    min_delta: float = 0.0
+    restore_best_weights: bool = True
+
+
+@dataclass(frozen=True)
+class ReduceLROnPlateauConfig:
+    enabled: bool = False
+    monitor: str = "val_loss"
+    factor: float = 0.5
+    patience: int = 3
+    min_lr: float = 1e-6
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    model: str = DEMO
+    data: str = DEMO
+    validation_data: str | None = None
+    validation_split: float = 0.1
+    allow_unsafe_code: bool = False
+    devices: DeviceSelection = field(default_factory=DeviceSelection)
+    batch_per_replica: int = 64
+    epochs: int = 10
+    optimizer: str = "adam"
+    learning_rate: float = 1e-3
+    loss: str | None = None  # None: chosen from the labels and output layer
+    metrics: tuple[str, ...] = ("accuracy",)
+    early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
+    reduce_lr: ReduceLROnPlateauConfig = field(default_factory=ReduceLROnPlateauConfig)
+    image_size: tuple[int, int] = (64, 64)
+    rescale: float = 1.0 / 255.0
+    sync_batchnorm: bool = False
+    seed: int | None = 42
+    output_dir: str = "~/mgpu-runs"
+    run_name: str | None = None
+    export_formats: tuple[str, ...] = ("keras",)
+    tensorboard: bool = False
+    batch_event_interval_s: float = 0.25
+
+    # -- serialisation -------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return to_plain(dataclasses.asdict(self))
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunConfig:
+        unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ConfigError([(name, "unknown setting") for name in sorted(unknown)])
+        values = dict(data)
+        if "devices" in values:
+            dev = dict(values["devices"])
+            dev["kind"] = DeviceKind(dev.get("kind", "auto"))
+            dev["gpus"] = tuple(str(g) for g in dev.get("gpus", ()))
+            values["devices"] = DeviceSelection(**dev)
+        if "early_stopping" in values:
+            values["early_stopping"] = EarlyStoppingConfig(**values["early_stopping"])
+        if "reduce_lr" in values:
+            values["reduce_lr"] = ReduceLROnPlateauConfig(**values["reduce_lr"])
+        for name in ("metrics", "export_formats", "image_size"):
+            if name in values:
+                values[name] = tuple(values[name])
+        return cls(**values)
+
+    @classmethod
+    def from_json(cls, text: str) -> RunConfig:
+        return cls.from_dict(json.loads(text))
+
+    def replace(self, **changes: Any) -> RunConfig:
+        return dataclasses.replace(self, **changes)
+
+    # -- validation ----------------------------------------------------
+    def problems(self) -> list[tuple[str, str]]:
+        """Every problem that can be seen without TensorFlow, one per field."""
+        found: list[tuple[str, str]] = []
+        found += _model_problems(self.model)
+        found += _data_problems("data", self.data)
+        if self.validation_data is not None:
+            found += _data_problems("validation_data", self.validation_data)
+        if not 0.0 <= self.validation_split < 1.0:
+            found.append(("validation_split", f"must be in [0, 1), got {self.validation_split}"))
+        if self.batch_per_replica < 1:
+            found.append(
+                ("batch_per_replica", f"must be at least 1, got {self.batch_per_replica}")
+            )
+        if self.epochs < 1:
+            found.append(("epochs", f"must be at least 1, got {self.epochs}"))
+        if not self.learning_rate > 0:
+            found.append(("learning_rate", f"must be positive, got {self.learning_rate}"))
+        if self.optimizer.lower() not in OPTIMIZERS:
+            found.append(
+                ("optimizer", f"unknown optimizer {self.optimizer!r}; use one of {', '.join(OPTIMIZERS)}")
+            )
+        if self.devices.replicas is not None and self.devices.replicas < 1:
+            found.append(("devices.replicas", f"must be at least 1, got {self.devices.replicas}"))
+        if self.devices.gpus and self.devices.kind is DeviceKind.CPU:
+            found.append(("devices.gpus", "GPUs were chosen but the device kind is CPU"))
+        if self.devices.gpus and self.devices.replicas not in (None, len(self.devices.gpus)):
+            found.append(
+                ("devices.replicas", f"{self.devices.replicas} replicas asked for but "
+                 f"{len(self.devices.gpus)} GPUs chosen; give one or the other")
+            )
+        if len(self.image_size) != 2 or min(self.image_size) < 1:
+            found.append(("image_size", f"must be two positive sizes, got {self.image_size}"))
+        if not self.rescale > 0:
+            found.append(("rescale", f"must be positive, got {self.rescale}"))
+        for fmt in self.export_formats:
+            if fmt not in EXPORT_FORMATS:
+                found.append(("export_formats", f"unknown format {fmt!r}; use {', '.join(EXPORT_FORMATS)}"))
+        for name, sub in (("early_stopping", self.early_stopping), ("reduce_lr", self.reduce_lr)):
+            if sub.patience < 0:
+                found.append((f"{name}.patience", f"must be 0 or more, got {sub.patience}"))
+        if not 0 < self.reduce_lr.factor < 1:
+            found.append(("reduce_lr.factor", f"must be between 0 and 1, got {self.reduce_lr.factor}"))
+        if self.batch_event_interval_s < 0:
+            found.append(("batch_event_interval_s", "must be 0 or more"))
+        return found
+
+    def check(self) -> None:
+        """Raise ConfigError listing every problem, before anything starts."""
+        found = self.problems()
+        if found:
+            raise ConfigError(found)
+
+    @property
+    def output_path(self) -> Path:
+        return Path(os.path.expanduser(self.output_dir))
+
+
+def _model_problems(model: str) -> list[tuple[str, str]]:
+    if model == DEMO:
+        return []
+    path = Path(os.path.expanduser(model))
+    if not path.exists():
+        return [("model", f"model file not found: {path}. Check the path, or use 'demo'.")]
+    if path.is_dir():
+        return [("model", f"{path} is a folder; pick a .keras, .h5 or .py file")]
+    if path.suffix.lower() not in MODEL_SUFFIXES:
+        return [("model", f"{path.name} is not a model file; use {', '.join(MODEL_SUFFIXES)}")]
+    return []
+
+
+def _data_problems(name: str, data: str) -> list[tuple[str, str]]:
+    if data == DEMO:
+        return []
+    path = Path(os.path.expanduser(data))
+    if not path.exists():
+        return [(name, f"dataset not found: {path}. Give an .npz file, an image folder, or 'demo'.")]
+    if path.is_file() and path.suffix.lower() != ".npz":
+        return [(name, f"{path.name} is not a dataset; give an .npz file or a folder of class subfolders")]
+    return []

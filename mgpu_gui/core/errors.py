@@ -1,0 +1,42 @@
+"""Errors a user can meet: each message says what was wrong and what to do.
+
+The CLI prints `str(error)` and exits non-zero; the GUI shows it where the user
+looks. Anything that is not a `UserError` is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """A problem with the user's input or machine, explained in plain words."""
+
+    exit_code = 2
+
+
+class ConfigError(UserError):
+    """The run configuration is invalid; `problems` lists one message per field."""
+
+    def __init__(self, problems: list[tuple[str, str]]):
+        self.problems = problems
+        lines = [f"{field}: {message}" for field, message in problems]
+        super().__init__("Invalid run settings:\n  " + "\n  ".join(lines))
+
+
+class DeviceError(UserError):
+    """The requested GPUs or replicas cannot be provided on this machine."""
+
+
+class ModelError(UserError):
+    """The model file cannot be loaded, built or used with the data."""
+
+
+class DataError(UserError):
+    """The dataset cannot be read or does not fit the model."""
+
+
+class ExportError(UserError):
+    """Exporting or verifying the exported model failed."""
+
+
+class OutputError(UserError):
+    """The output folder cannot be created or written."""

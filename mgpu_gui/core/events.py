@@ -1,0 +1,181 @@
+"""Typed training events and their JSON-lines form.
+
+The worker emits these to a sink; the worker process writes them as one JSON
+object per line on its event channel and into the run's `events.jsonl`; the
+supervisor (CLI, GUI) parses them back into the same classes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, ClassVar, Protocol
+
+from mgpu_gui.core.plain import to_plain
+
+
+class RunStatus(str, Enum):
+    COMPLETED = "completed"
+    EARLY_STOPPED = "early_stopped"
+    STOPPED = "stopped"  # the user asked; the backup allows a resume
+    FAILED = "failed"
+
+
+class Phase(str, Enum):
+    """Where a failure happened; a SETUP failure leaves nothing worth keeping."""
+
+    SETUP = "setup"
+    TRAINING = "training"
+    EXPORT = "export"
+
+
+@dataclass(frozen=True)
+class Event:
+    type: ClassVar[str] = "event"
+    t: float = field(default_factory=time.time, kw_only=True)
+
+    def to_json(self) -> str:
+        data = {"type": self.type}
+        data.update(to_plain(dataclasses.asdict(self)))
+        return json.dumps(data, allow_nan=True)
+
+
+@dataclass(frozen=True)
+class RunStarted(Event):
+    type: ClassVar[str] = "run_started"
+    run_dir: str
+    device_kind: str  # "gpu" or "cpu"
+    devices: list[str]  # what TensorFlow trains on, e.g. "/job:localhost/.../GPU:0"
+    device_names: list[str]  # what a person recognises, e.g. "GPU 0: NVIDIA H100 (GPU-…)"
+    num_replicas: int
+    batch_per_replica: int
+    global_batch: int
+    train_samples: int
+    val_samples: int
+    test_samples: int
+    steps_per_epoch: int
+    dropped_per_epoch: int
+    epochs: int
+    initial_epoch: int
+    model_name: str
+    params: int
+    cross_device_ops: str
+    tf_version: str
+    keras_version: str
+    summary: str = ""
+
+
+@dataclass(frozen=True)
+class BatchEnd(Event):
+    type: ClassVar[str] = "batch_end"
+    epoch: int  # 0-based
+    batch: int  # 0-based, within the epoch
+    steps: int  # steps in this epoch
+    metrics: dict[str, float]
+    samples_per_s: float
+    learning_rate: float | None = None
+
+
+@dataclass(frozen=True)
+class EpochEnd(Event):
+    type: ClassVar[str] = "epoch_end"
+    epoch: int  # 0-based
+    epochs: int
+    metrics: dict[str, float]  # train and val_* metrics as Keras reports them
+    samples_per_s: float
+    duration_s: float
+    learning_rate: float | None = None
+    best: bool = False  # this epoch is the best so far on the monitored metric
+
+
+@dataclass(frozen=True)
+class LogMessage(Event):
+    type: ClassVar[str] = "log"
+    message: str
+    level: str = "info"
+
+
+@dataclass(frozen=True)
+class CheckpointSaved(Event):
+    type: ClassVar[str] = "checkpoint_saved"
+    kind: str  # "best", "last" or "backup"
+    path: str
+    epoch: int
+
+
+@dataclass(frozen=True)
+class ModelExported(Event):
+    type: ClassVar[str] = "model_exported"
+    path: str
+    format: str
+    verified: bool
+    max_abs_diff: float
+
+
+@dataclass(frozen=True)
+class Evaluated(Event):
+    type: ClassVar[str] = "evaluated"
+    dataset: str  # "test"
+    metrics: dict[str, float]
+    samples: int
+    dropped: int
+
+
+@dataclass(frozen=True)
+class RunFinished(Event):
+    type: ClassVar[str] = "run_finished"
+    status: RunStatus
+    epochs_done: int
+    best_epoch: int | None = None
+    best_metric: str | None = None
+    best_value: float | None = None
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class RunFailed(Event):
+    type: ClassVar[str] = "run_failed"
+    message: str  # for the user: what went wrong and what to do
+    phase: Phase
+    error_type: str
+    traceback: str = ""  # for a bug report, shown one click away
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.type: cls
+    for cls in (RunStarted, BatchEnd, EpochEnd, LogMessage, CheckpointSaved, ModelExported,
+                Evaluated, RunFinished, RunFailed)
+}
+
+
+def parse_event(line: str) -> Event:
+    """One JSON line back into its event class; unknown fields are ignored."""
+    data = json.loads(line)
+    cls = EVENT_TYPES[data.pop("type")]
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {k: v for k, v in data.items() if k in names}
+    if cls is RunFinished:
+        kwargs["status"] = RunStatus(kwargs["status"])
+    if cls is RunFailed:
+        kwargs["phase"] = Phase(kwargs["phase"])
+    return cls(**kwargs)
+
+
+class EventSink(Protocol):
+    def emit(self, event: Event) -> None: ...
+
+
+class ListSink:
+    """Keeps events in memory: for tests and in-process runs."""
+
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+
+    def emit(self, event: Event) -> None:
+        self.events.append(event)
+
+    def of(self, cls: type[Event]) -> list[Any]:
+        return [e for e in self.events if isinstance(e, cls)]

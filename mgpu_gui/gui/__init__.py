@@ -1,0 +1,1 @@
+"""PySide6 widgets; this package never imports TensorFlow or Keras."""

@@ -1,0 +1,1 @@
+"""Icons, styles and the demo dataset, installed as `mgpu_gui.resources`."""
