@@ -11,7 +11,7 @@ import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ EXPORT_FORMATS = ("keras", "h5", "savedmodel")
 OPTIMIZERS = ("adam", "adamw", "sgd", "rmsprop", "nadam", "adagrad")
 
 
-class DeviceKind(str, Enum):
+class DeviceKind(StrEnum):
     AUTO = "auto"  # all (or the chosen) GPUs when NVML sees some, else CPU replicas
     GPU = "gpu"
     CPU = "cpu"
@@ -68,6 +68,7 @@ class RunConfig:
     validation_data: str | None = None
     validation_split: float = 0.1
     allow_unsafe_code: bool = False
+    custom_objects: str | None = None  # a .py whose `custom_objects` dict names custom layers
     devices: DeviceSelection = field(default_factory=DeviceSelection)
     batch_per_replica: int = 64
     epochs: int = 10
@@ -126,6 +127,11 @@ class RunConfig:
         """Every problem that can be seen without TensorFlow, one per field."""
         found: list[tuple[str, str]] = []
         found += _model_problems(self.model)
+        if self.custom_objects is not None:
+            path = Path(os.path.expanduser(self.custom_objects))
+            if not path.is_file() or path.suffix != ".py":
+                found.append(("custom_objects", f"{path} is not a .py file; give the file that "
+                              "defines the `custom_objects` dict"))
         found += _data_problems("data", self.data)
         if self.validation_data is not None:
             found += _data_problems("validation_data", self.validation_data)
@@ -141,7 +147,8 @@ class RunConfig:
             found.append(("learning_rate", f"must be positive, got {self.learning_rate}"))
         if self.optimizer.lower() not in OPTIMIZERS:
             found.append(
-                ("optimizer", f"unknown optimizer {self.optimizer!r}; use one of {', '.join(OPTIMIZERS)}")
+                ("optimizer", f"unknown optimizer {self.optimizer!r}; "
+                              f"use one of {', '.join(OPTIMIZERS)}")
             )
         if self.devices.replicas is not None and self.devices.replicas < 1:
             found.append(("devices.replicas", f"must be at least 1, got {self.devices.replicas}"))
@@ -158,12 +165,14 @@ class RunConfig:
             found.append(("rescale", f"must be positive, got {self.rescale}"))
         for fmt in self.export_formats:
             if fmt not in EXPORT_FORMATS:
-                found.append(("export_formats", f"unknown format {fmt!r}; use {', '.join(EXPORT_FORMATS)}"))
+                found.append(("export_formats",
+                              f"unknown format {fmt!r}; use {', '.join(EXPORT_FORMATS)}"))
         for name, sub in (("early_stopping", self.early_stopping), ("reduce_lr", self.reduce_lr)):
             if sub.patience < 0:
                 found.append((f"{name}.patience", f"must be 0 or more, got {sub.patience}"))
         if not 0 < self.reduce_lr.factor < 1:
-            found.append(("reduce_lr.factor", f"must be between 0 and 1, got {self.reduce_lr.factor}"))
+            found.append(("reduce_lr.factor",
+                          f"must be between 0 and 1, got {self.reduce_lr.factor}"))
         if self.batch_event_interval_s < 0:
             found.append(("batch_event_interval_s", "must be 0 or more"))
         return found
@@ -197,7 +206,9 @@ def _data_problems(name: str, data: str) -> list[tuple[str, str]]:
         return []
     path = Path(os.path.expanduser(data))
     if not path.exists():
-        return [(name, f"dataset not found: {path}. Give an .npz file, an image folder, or 'demo'.")]
+        return [(name, f"dataset not found: {path}. "
+                       "Give an .npz file, an image folder, or 'demo'.")]
     if path.is_file() and path.suffix.lower() != ".npz":
-        return [(name, f"{path.name} is not a dataset; give an .npz file or a folder of class subfolders")]
+        return [(name, f"{path.name} is not a dataset; "
+                       "give an .npz file or a folder of class subfolders")]
     return []

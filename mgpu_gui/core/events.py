@@ -11,20 +11,20 @@ import dataclasses
 import json
 import time
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Any, ClassVar, Protocol
 
 from mgpu_gui.core.plain import to_plain
 
 
-class RunStatus(str, Enum):
+class RunStatus(StrEnum):
     COMPLETED = "completed"
     EARLY_STOPPED = "early_stopped"
     STOPPED = "stopped"  # the user asked; the backup allows a resume
     FAILED = "failed"
 
 
-class Phase(str, Enum):
+class Phase(StrEnum):
     """Where a failure happened; a SETUP failure leaves nothing worth keeping."""
 
     SETUP = "setup"

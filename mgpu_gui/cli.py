@@ -1,0 +1,358 @@
+"""`mgpu-train`: the headless front end (SSH sessions, scripts, tests, benchmarks).
+
+It drives the same core and worker process as the GUI. Exit 0 on success;
+otherwise a one-paragraph message and a non-zero code, with the traceback only
+under --debug.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TextIO
+
+from mgpu_gui.core.config import (
+    DEMO,
+    EXPORT_FORMATS,
+    OPTIMIZERS,
+    DeviceKind,
+    DeviceSelection,
+    EarlyStoppingConfig,
+    ReduceLROnPlateauConfig,
+    RunConfig,
+)
+from mgpu_gui.core.errors import UserError
+from mgpu_gui.core.events import (
+    BatchEnd,
+    CheckpointSaved,
+    EpochEnd,
+    Evaluated,
+    Event,
+    LogMessage,
+    ModelExported,
+    RunStarted,
+    RunStatus,
+)
+from mgpu_gui.core.progress import Progress, format_duration, format_metrics, format_rate
+from mgpu_gui.core.rundir import RunDir
+from mgpu_gui.core.supervisor import RunOutcome, WorkerProcess, prepare_run
+
+COMMANDS = ("train", "devices", "export")
+EXIT_FAILED, EXIT_USAGE, EXIT_STOPPED = 1, 2, 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mgpu-train",
+        description="Train a Keras model data-parallel on the chosen GPUs (or CPU replicas).",
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks and worker output")
+    sub = parser.add_subparsers(dest="command")
+    train = sub.add_parser("train", help="train a model (the default command)")
+    _add_train_arguments(train)
+    devices = sub.add_parser("devices", help="list the GPUs NVML sees")
+    devices.add_argument("--json", action="store_true", help="print JSON")
+    export = sub.add_parser("export", help="export a trained model to another format")
+    export.add_argument("source", type=Path, help="a run folder or a .keras/.h5 model file")
+    export.add_argument("-o", "--output", type=Path, required=True)
+    export.add_argument("--format", choices=EXPORT_FORMATS,
+                        help="default: from the output's suffix (.keras, .h5; else savedmodel)")
+    return parser
+
+
+def _add_train_arguments(p: argparse.ArgumentParser) -> None:
+    d = RunConfig()
+    p.add_argument("--config", type=Path, help="a RunConfig JSON file; flags override it")
+    p.add_argument("--model", help=f"a .keras, .h5 or .py file, or '{DEMO}' (default)")
+    p.add_argument("--data", help=f"an .npz file, an image folder, or '{DEMO}' (default)")
+    p.add_argument("--val-data", dest="validation_data", help="validation .npz or image folder")
+    p.add_argument("--val-split", dest="validation_split", type=float,
+                   help=f"fraction held out for validation (default {d.validation_split})")
+    dev = p.add_mutually_exclusive_group()
+    dev.add_argument("--gpus", help="GPUs by NVML index or UUID, comma separated")
+    dev.add_argument("--cpu", action="store_true", help="train on CPU replicas even with GPUs")
+    p.add_argument("--replicas", type=int,
+                   help="number of GPUs (the first N) or CPU replicas "
+                        "(default: all GPUs, or 2 CPU)")
+    p.add_argument("--batch-per-replica", "--batch", dest="batch_per_replica", type=int,
+                   help=f"samples per replica per step; global batch = this x replicas "
+                        f"(default {d.batch_per_replica})")
+    p.add_argument("--epochs", type=int, help=f"default {d.epochs}")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, help="for uncompiled models (default adam)")
+    p.add_argument("--lr", dest="learning_rate", type=float,
+                   help=f"learning rate for uncompiled models (default {d.learning_rate})")
+    p.add_argument("--loss", help="loss for uncompiled models (default: from the output layer)")
+    p.add_argument("--metrics", help="comma separated (default accuracy)")
+    p.add_argument("--early-stopping", action="store_true", help="stop when val_loss stalls")
+    p.add_argument("--es-patience", type=int, help=f"default {d.early_stopping.patience}")
+    p.add_argument("--es-monitor", help="default val_loss")
+    p.add_argument("--reduce-lr", action="store_true", help="lower the LR when val_loss stalls")
+    p.add_argument("--rl-factor", type=float, help=f"default {d.reduce_lr.factor}")
+    p.add_argument("--rl-patience", type=int, help=f"default {d.reduce_lr.patience}")
+    p.add_argument("--image-size", help="HxW for image folders (default 64x64)")
+    p.add_argument("--rescale", type=float, help="pixel scale for image folders (default 1/255)")
+    p.add_argument("--sync-bn", dest="sync_batchnorm", action="store_true",
+                   help="synchronize BatchNormalization statistics across replicas")
+    p.add_argument("--seed", type=int, help=f"default {d.seed}")
+    p.add_argument("--output-dir", "-o", dest="output_dir",
+                   help=f"where run folders go (default {d.output_dir})")
+    p.add_argument("--name", dest="run_name", help="run folder name (default: the model's)")
+    p.add_argument("--export", dest="export_formats",
+                   help=f"formats to export at the end: {','.join(EXPORT_FORMATS)} (default keras)")
+    p.add_argument("--tensorboard", action="store_true", help="write TensorBoard logs")
+    p.add_argument("--allow-unsafe-code", action="store_true",
+                   help="let Lambda layers in the model file run their Python code "
+                        "(trusted files only)")
+    p.add_argument("--custom-objects", dest="custom_objects",
+                   help="a .py defining a `custom_objects` dict for models with custom layers")
+    p.add_argument("--json", action="store_true", help="print raw events as JSON lines")
+    p.add_argument("--quiet", "-q", action="store_true", help="print only the result")
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    """RunConfig from --config (if any) with the flags given on top."""
+    base = RunConfig.from_json(args.config.read_text()) if args.config else RunConfig()
+    changes = {}
+    for name in ("model", "data", "validation_data", "validation_split", "batch_per_replica",
+                 "epochs", "optimizer", "learning_rate", "loss", "rescale", "seed",
+                 "output_dir", "run_name", "custom_objects"):
+        value = getattr(args, name)
+        if value is not None:
+            changes[name] = value
+    for flag in ("sync_batchnorm", "tensorboard", "allow_unsafe_code"):
+        if getattr(args, flag):
+            changes[flag] = True
+    if args.metrics is not None:
+        changes["metrics"] = tuple(m.strip() for m in args.metrics.split(",") if m.strip())
+    if args.export_formats is not None:
+        changes["export_formats"] = tuple(f.strip() for f in args.export_formats.split(","))
+    if args.image_size is not None:
+        changes["image_size"] = _parse_size(args.image_size)
+    devices = base.devices
+    if args.cpu:
+        devices = DeviceSelection(kind=DeviceKind.CPU, replicas=devices.replicas)
+    if args.gpus:
+        devices = DeviceSelection(kind=DeviceKind.GPU,
+                                  gpus=tuple(g.strip() for g in args.gpus.split(",")))
+    if args.replicas is not None:
+        devices = DeviceSelection(kind=devices.kind, gpus=devices.gpus, replicas=args.replicas)
+    changes["devices"] = devices
+    es = base.early_stopping
+    changes["early_stopping"] = EarlyStoppingConfig(
+        enabled=es.enabled or args.early_stopping,
+        monitor=args.es_monitor or es.monitor,
+        patience=es.patience if args.es_patience is None else args.es_patience,
+        min_delta=es.min_delta, restore_best_weights=es.restore_best_weights)
+    rl = base.reduce_lr
+    changes["reduce_lr"] = ReduceLROnPlateauConfig(
+        enabled=rl.enabled or args.reduce_lr, monitor=rl.monitor,
+        factor=rl.factor if args.rl_factor is None else args.rl_factor,
+        patience=rl.patience if args.rl_patience is None else args.rl_patience,
+        min_lr=rl.min_lr)
+    return base.replace(**changes)
+
+
+def _parse_size(text: str) -> tuple[int, int]:
+    parts = text.lower().replace(",", "x").split("x")
+    try:
+        if len(parts) == 1:
+            return int(parts[0]), int(parts[0])
+        h, w = (int(p) for p in parts)
+        return h, w
+    except ValueError:
+        raise UserError(f"--image-size {text!r}: give HxW, e.g. 64x64") from None
+
+
+class ConsoleReporter:
+    """Human progress on a terminal: a live line while training, a line per epoch."""
+
+    def __init__(self, out: TextIO, *, quiet: bool, debug: bool):
+        self.out = out
+        self.quiet = quiet
+        self.debug = debug
+        self.live = out.isatty()
+        self.progress = Progress()
+        self._last_draw = 0.0
+        self._metrics: dict[str, float] = {}
+
+    def handle(self, event: Event) -> None:
+        self.progress.update(event)
+        if self.quiet:
+            return
+        if isinstance(event, RunStarted):
+            self._started(event)
+        elif isinstance(event, BatchEnd):
+            self._metrics = event.metrics
+            if self.live and (time.monotonic() - self._last_draw > 0.1
+                              or event.batch + 1 == event.steps):
+                self._draw()
+        elif isinstance(event, EpochEnd):
+            best = "  * best" if event.best else ""
+            self._line(f"Epoch {event.epoch + 1}/{event.epochs}  {format_metrics(event.metrics)}"
+                       f"  ({event.duration_s:.1f} s, {format_rate(event.samples_per_s)}){best}")
+        elif isinstance(event, LogMessage):
+            if event.level != "debug" or self.debug:
+                self._line(("warning: " if event.level == "warning" else "") + event.message)
+        elif isinstance(event, CheckpointSaved) and self.debug:
+            self._line(f"checkpoint saved: {event.path}")
+        elif isinstance(event, Evaluated):
+            self._line(f"Test set ({event.samples} samples, {event.dropped} left out by the "
+                       f"last partial batch): {format_metrics(event.metrics)}")
+        elif isinstance(event, ModelExported):
+            self._line(f"Exported {event.format} model: {event.path} "
+                       f"(reloaded in a fresh process, max prediction difference "
+                       f"{event.max_abs_diff:.2g})")
+
+    def _started(self, e: RunStarted) -> None:
+        kind = "GPU" if e.device_kind == "gpu" else "CPU replica"
+        self._line(f"Training {e.model_name} ({e.params:,} parameters) on {e.num_replicas} "
+                   f"{kind}{'s' if e.num_replicas != 1 else ''} "
+                   f"(num_replicas_in_sync = {e.num_replicas}, {e.cross_device_ops})")
+        for name in e.device_names:
+            self._line(f"  {name}")
+        self._line(f"Global batch {e.global_batch} = {e.batch_per_replica} per replica x "
+                   f"{e.num_replicas}; {e.train_samples} training samples, {e.steps_per_epoch} "
+                   f"steps per epoch, {e.dropped_per_epoch} dropped per epoch; "
+                   f"{e.val_samples} validation, {e.test_samples} test samples")
+
+    def _draw(self) -> None:
+        self._last_draw = time.monotonic()
+        p = self.progress
+        width = 24
+        filled = int(width * p.epoch_fraction)
+        bar = "#" * filled + "-" * (width - filled)
+        text = (f"Epoch {p.epoch + 1}/{p.epochs} [{bar}] {p.step}/{p.steps}  "
+                f"{format_metrics(self._metrics)}  {format_rate(p.samples_per_s)}  "
+                f"ETA {format_duration(p.epoch_eta())} (total {format_duration(p.total_eta())})")
+        self.out.write("\r\x1b[2K" + text)
+        self.out.flush()
+
+    def _line(self, text: str) -> None:
+        if self.live:
+            self.out.write("\r\x1b[2K")
+        self.out.write(text + "\n")
+        self.out.flush()
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    run = prepare_run(config)
+    human = sys.stderr if args.json else sys.stdout
+    reporter = ConsoleReporter(human, quiet=args.quiet, debug=args.debug)
+    if not args.quiet:
+        print(f"Run folder: {run.run_dir.path}", file=human)
+        if run.plan.note:
+            print(run.plan.note, file=human)
+    worker = WorkerProcess(run, on_output=(lambda line: print(line, file=sys.stderr))
+                           if args.debug else None)
+    interrupted = _forward_interrupts(worker)
+    worker.start()
+    for event in worker.events():
+        if args.json:
+            print(event.to_json(), flush=True)
+        reporter.handle(event)
+    return _report_outcome(worker.outcome(), human, args.debug, interrupted())
+
+
+def _forward_interrupts(worker: WorkerProcess):
+    """First Ctrl-C: stop at the next batch (resumable). Second: kill the worker."""
+    count = [0]
+
+    def on_interrupt(signum, frame):
+        count[0] += 1
+        if count[0] == 1:
+            print("\nStopping after the current batch (Ctrl-C again to kill)...",
+                  file=sys.stderr, flush=True)
+            worker.request_stop()
+        else:
+            worker.kill()
+
+    signal.signal(signal.SIGINT, on_interrupt)
+    signal.signal(signal.SIGTERM, on_interrupt)
+    return lambda: count[0] > 0
+
+
+def _report_outcome(outcome: RunOutcome, out: TextIO, debug: bool, interrupted: bool) -> int:
+    if outcome.status is RunStatus.FAILED:
+        print(f"error: {outcome.message}", file=sys.stderr)
+        if debug and outcome.traceback:
+            print(outcome.traceback, file=sys.stderr)
+        return EXIT_FAILED
+    if outcome.status is RunStatus.STOPPED:
+        print(f"Stopped. {outcome.message} The run can be resumed from its backup.",
+              file=out)
+        return EXIT_STOPPED if interrupted else 0
+    finished = "Finished early (early stopping)." if (
+        outcome.status is RunStatus.EARLY_STOPPED) else "Finished."
+    print(finished, file=out)
+    return 0
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    from mgpu_gui.core.devices import format_inventory, query_inventory
+
+    inventory = query_inventory()
+    if args.json:
+        print(inventory.to_json())
+    else:
+        print(format_inventory(inventory))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from mgpu_gui.core.export import export_file  # imports TensorFlow: only for this command
+
+    source = _export_source(args.source)
+    fmt = args.format or _format_from_suffix(args.output)
+    result = export_file(source, args.output, fmt)
+    print(f"Exported {result.format} model: {result.path} (reloaded in a fresh process, "
+          f"max prediction difference {result.max_abs_diff:.2g})")
+    return 0
+
+
+def _export_source(source: Path) -> Path:
+    """A run folder stands for its exported model, else its last complete epoch."""
+    if not source.is_dir():
+        if not source.exists():
+            raise UserError(f"{source} does not exist; give a run folder or a .keras/.h5 file.")
+        return source
+    run = RunDir(source)
+    for candidate in (run.export_path("keras"), run.last_checkpoint):
+        if candidate.exists():
+            return candidate
+    raise UserError(f"{source} holds no trained model yet (no model.keras and no "
+                    f"checkpoints/last.keras); finish at least one epoch first.")
+
+
+def _format_from_suffix(output: Path) -> str:
+    return {".keras": "keras", ".h5": "h5", ".hdf5": "h5"}.get(output.suffix.lower(), "savedmodel")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help")):
+        debug = "--debug" in argv
+        argv = (["--debug"] if debug else []) + ["train"] + [a for a in argv if a != "--debug"]
+    args = build_parser().parse_args(argv)
+    handlers = {"train": cmd_train, "devices": cmd_devices, "export": cmd_export}
+    try:
+        return handlers[args.command or "train"](args)
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return EXIT_STOPPED
+    except Exception as error:
+        if args.debug:
+            raise
+        print(f"error: unexpected {type(error).__name__}: {error}\n"
+              f"This is a bug; run again with --debug for the traceback.", file=sys.stderr)
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

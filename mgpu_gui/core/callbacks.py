@@ -1,0 +1,209 @@
+"""Keras callbacks that turn `fit` into events and keep Keras' own callbacks honest.
+
+Two facts of Keras 3.15's `fit` shape this module:
+- After `model.stop_training = True` mid-epoch, `fit` still validates and calls
+  `on_epoch_end`, so checkpoints, backups and CSV logs would record a partial
+  epoch as complete (and maybe as "best"). `CompleteEpochsOnly` forwards
+  epoch-level hooks to the wrapped callbacks only for epochs that ran every step.
+- Batch-end hooks run on a thread pool (no device sync on the training thread)
+  only when every callback is `async_safe` or leaves its batch hooks unset. The
+  callbacks here are async-safe, so `mgpu-train` trains as fast as a bare `fit`.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import keras
+
+from mgpu_gui.core.events import BatchEnd, CheckpointSaved, EpochEnd, EventSink
+
+
+class EpochTracker:
+    """Counts the steps each epoch really ran; shared by the callbacks of one run."""
+
+    def __init__(self, steps_per_epoch: int):
+        self.steps_per_epoch = steps_per_epoch
+        self._done: dict[int, int] = {}
+        self._lock = threading.Lock()
+
+    def batch_done(self, epoch: int, batch: int) -> None:
+        with self._lock:
+            self._done[epoch] = max(self._done.get(epoch, 0), batch + 1)
+
+    def steps_done(self, epoch: int) -> int:
+        with self._lock:
+            return self._done.get(epoch, 0)
+
+    def complete(self, epoch: int) -> bool:
+        return self.steps_done(epoch) >= self.steps_per_epoch
+
+
+class CompleteEpochsOnly(keras.callbacks.Callback):
+    """Runs `inner` at epoch granularity, skipping `on_epoch_end` of a partial epoch.
+
+    Batch hooks are not forwarded: the wrapped callbacks are configured to act
+    per epoch only, which keeps `fit`'s batch dispatch asynchronous.
+    """
+
+    async_safe = True
+
+    def __init__(self, inner: keras.callbacks.Callback, tracker: EpochTracker):
+        super().__init__()
+        self.inner = inner
+        self.tracker = tracker
+
+    def set_model(self, model: keras.Model) -> None:
+        super().set_model(model)
+        self.inner.set_model(model)
+
+    def set_params(self, params: dict) -> None:
+        super().set_params(params)
+        self.inner.set_params(params)
+
+    def on_train_begin(self, logs=None):
+        self.inner.on_train_begin(logs)
+
+    def on_train_end(self, logs=None):
+        self.inner.on_train_end(logs)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.inner.on_epoch_begin(epoch, logs)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if self.tracker.complete(epoch):
+            self.inner.on_epoch_end(epoch, logs)
+
+
+class NanGuard(keras.callbacks.TerminateOnNaN):
+    """`TerminateOnNaN(raise_error=True)`, async-safe: the error surfaces one batch
+    later on the training thread, before any epoch-end save can run."""
+
+    async_safe = True
+
+    def __init__(self) -> None:
+        super().__init__(raise_error=True)
+
+
+class EventCallback(keras.callbacks.Callback):
+    """Emits batch and epoch events, honours stop requests at batch boundaries."""
+
+    async_safe = True
+
+    def __init__(
+        self,
+        sink: EventSink,
+        tracker: EpochTracker,
+        *,
+        global_batch: int,
+        epochs: int,
+        monitor: str,
+        batch_interval_s: float,
+        stop_requested: Callable[[], bool],
+        checkpoints: dict[str, Path],
+    ):
+        super().__init__()
+        self.sink = sink
+        self.tracker = tracker
+        self.global_batch = global_batch
+        self.epochs = epochs
+        self.monitor = monitor
+        self.batch_interval_s = batch_interval_s
+        self.stop_requested = stop_requested
+        self.checkpoints = checkpoints
+        self.best_value = math.inf
+        self.best_epoch: int | None = None
+        self.epochs_done = 0
+        self.last_epoch_seen: int | None = None
+        self._lock = threading.Lock()
+        self._epoch_start = 0.0
+        self._last_emit = 0.0
+        self._last_emit_step = 0
+        self._last_batch_time = 0.0
+        self._mtimes: dict[str, float] = {}
+
+    def learning_rate(self) -> float | None:
+        try:
+            return float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate))
+        except (AttributeError, TypeError, ValueError):
+            return None
+
+    def on_train_begin(self, logs=None):
+        self._mtimes = {kind: _mtime(path) for kind, path in self.checkpoints.items()}
+
+    def on_epoch_begin(self, epoch, logs=None):
+        with self._lock:
+            self.last_epoch_seen = epoch
+            self._epoch_start = self._last_emit = time.perf_counter()
+            self._last_emit_step = 0
+        if self.stop_requested():
+            self.model.stop_training = True
+
+    def on_train_batch_end(self, batch, logs=None):
+        epoch = self.last_epoch_seen or 0
+        self.tracker.batch_done(epoch, batch)
+        now = time.perf_counter()
+        last = batch + 1 == self.tracker.steps_per_epoch
+        with self._lock:
+            self._last_batch_time = max(self._last_batch_time, now)
+            due = last or now - self._last_emit >= self.batch_interval_s
+            fresh = batch + 1 > self._last_emit_step
+            if not (due and fresh):
+                emit = None
+            else:
+                steps = batch + 1 - self._last_emit_step
+                rate = steps * self.global_batch / max(now - self._last_emit, 1e-9)
+                self._last_emit, self._last_emit_step = now, batch + 1
+                emit = (steps, rate)
+        if emit is not None:
+            self.sink.emit(BatchEnd(
+                epoch=epoch, batch=batch, steps=self.tracker.steps_per_epoch,
+                metrics=_floats(logs), samples_per_s=emit[1],
+                learning_rate=self.learning_rate(),
+            ))
+        if self.stop_requested():
+            self.model.stop_training = True
+
+    def on_epoch_end(self, epoch, logs=None):
+        if not self.tracker.complete(epoch):
+            return
+        metrics = _floats(logs)
+        duration = self._last_batch_time - self._epoch_start
+        value = metrics.get(self.monitor, math.nan)
+        best = value < self.best_value
+        if best:
+            self.best_value, self.best_epoch = value, epoch
+        self.epochs_done = epoch + 1
+        self.sink.emit(EpochEnd(
+            epoch=epoch, epochs=self.epochs, metrics=metrics,
+            samples_per_s=self.tracker.steps_per_epoch * self.global_batch / max(duration, 1e-9),
+            duration_s=duration, learning_rate=self.learning_rate(), best=best,
+        ))
+        for kind, path in self.checkpoints.items():
+            mtime = _mtime(path)
+            if mtime != self._mtimes.get(kind):
+                self._mtimes[kind] = mtime
+                self.sink.emit(CheckpointSaved(kind=kind, path=str(path), epoch=epoch))
+
+
+def _floats(logs: dict | None) -> dict[str, float]:
+    return {k: float(v) for k, v in (logs or {}).items() if _is_number(v)}
+
+
+def _is_number(value: object) -> bool:
+    try:
+        float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return -1.0

@@ -1,0 +1,153 @@
+"""The run folder: one per run, holding its config, events, checkpoints and exports.
+
+`events.jsonl` is the durable record of a run: everything else (a GUI's curves,
+a future run store) can be rebuilt from it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from mgpu_gui.core.config import DEMO, RunConfig
+from mgpu_gui.core.errors import OutputError
+from mgpu_gui.core.events import EpochEnd, Event, parse_event
+
+EXPORT_NAMES = {"keras": "model.keras", "h5": "model.h5", "savedmodel": "model_savedmodel"}
+
+
+@dataclass(frozen=True)
+class RunDir:
+    path: Path
+
+    @property
+    def config_json(self) -> Path:
+        return self.path / "config.json"
+
+    @property
+    def plan_json(self) -> Path:
+        return self.path / "plan.json"
+
+    @property
+    def events_jsonl(self) -> Path:
+        return self.path / "events.jsonl"
+
+    @property
+    def worker_log(self) -> Path:
+        return self.path / "worker.log"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def best_checkpoint(self) -> Path:
+        return self.checkpoints / "best.keras"
+
+    @property
+    def last_checkpoint(self) -> Path:
+        return self.checkpoints / "last.keras"
+
+    @property
+    def backup(self) -> Path:
+        return self.path / "backup"
+
+    @property
+    def history_csv(self) -> Path:
+        return self.path / "history.csv"
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.path / "tensorboard"
+
+    def export_path(self, fmt: str) -> Path:
+        return self.path / EXPORT_NAMES[fmt]
+
+    def read_config(self) -> RunConfig:
+        return RunConfig.from_json(self.config_json.read_text())
+
+    def events(self) -> list[Event]:
+        """The events recorded so far; a torn last line (a crash mid-write) is skipped."""
+        if not self.events_jsonl.exists():
+            return []
+        found = []
+        for line in self.events_jsonl.read_text().splitlines():
+            try:
+                found.append(parse_event(line))
+            except (ValueError, KeyError, TypeError):
+                continue
+        return found
+
+    def backup_epoch(self) -> int:
+        """Epochs already completed according to BackupAndRestore's metadata (0: fresh)."""
+        meta = self.backup / "training_metadata.json"
+        try:
+            return int(json.loads(meta.read_text())["epoch"])
+        except (OSError, ValueError, KeyError):
+            return 0
+
+    def previous_best(self, monitor: str) -> tuple[int, float] | None:
+        """The best epoch recorded before a resume, so a worse one is never called best."""
+        best = None
+        for event in self.events():
+            if isinstance(event, EpochEnd) and monitor in event.metrics:
+                value = event.metrics[monitor]
+                if best is None or value < best[1]:
+                    best = (event.epoch, value)
+        return best
+
+
+def create_run_dir(config: RunConfig) -> RunDir:
+    """Make a fresh, uniquely named run folder, or say why the output folder can't be used."""
+    root = config.output_path
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except FileExistsError as error:
+        raise OutputError(
+            f"Cannot use output folder {root}: {error.filename} exists and is not a folder. "
+            f"Choose another output folder."
+        ) from error
+    except OSError as error:
+        raise OutputError(_unwritable(root, error)) from error
+    if not root.is_dir():
+        raise OutputError(f"Cannot use output folder {root}: it is not a folder. "
+                          f"Choose another output folder.")
+    stem = _slug(config.run_name or _default_name(config))
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for attempt in range(1000):
+        path = root / (f"{stamp}-{stem}" + (f"-{attempt}" if attempt else ""))
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as error:
+            raise OutputError(_unwritable(root, error)) from error
+        run_dir = RunDir(path)
+        try:
+            run_dir.config_json.write_text(config.to_json())
+        except OSError as error:
+            shutil.rmtree(path, ignore_errors=True)
+            raise OutputError(_unwritable(root, error)) from error
+        return run_dir
+    raise OutputError(f"Could not create a new run folder in {root}; clean up old runs there.")
+
+
+def _default_name(config: RunConfig) -> str:
+    if config.model == DEMO:
+        return "demo"
+    return Path(os.path.expanduser(config.model)).stem
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.")[:60] or "run"
+
+
+def _unwritable(root: Path, error: OSError) -> str:
+    reason = error.strerror or str(error)
+    return (f"Cannot write to output folder {root}: {reason}. "
+            f"Choose a folder you can write to (--output-dir).")

@@ -1,0 +1,273 @@
+"""The training job: data, model, callbacks and `fit` under a MirroredStrategy.
+
+Runs inside the worker process (or a test host) after the devices were set up;
+it reports only through events, so it knows nothing of pipes, Qt or terminals.
+TensorFlow is imported here at module level: import this module only there.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import keras
+import tensorflow as tf
+
+from mgpu_gui.core import data as data_mod
+from mgpu_gui.core import models
+from mgpu_gui.core.callbacks import CompleteEpochsOnly, EpochTracker, EventCallback, NanGuard
+from mgpu_gui.core.config import RunConfig
+from mgpu_gui.core.devices import DevicePlan
+from mgpu_gui.core.errors import ModelError, UserError
+from mgpu_gui.core.events import (
+    Evaluated,
+    EventSink,
+    LogMessage,
+    ModelExported,
+    RunFinished,
+    RunStarted,
+    RunStatus,
+)
+from mgpu_gui.core.export import export_model
+from mgpu_gui.core.rundir import RunDir
+
+
+class NonFiniteLossError(UserError):
+    """The loss became NaN or infinite; the weights of that step were not saved."""
+
+
+@dataclass(frozen=True)
+class TrainingSetup:
+    """What `fit` needs, resolved and checked before the first step."""
+
+    model: keras.Model
+    train: tf.data.Dataset
+    val: tf.data.Dataset | None
+    test: tf.data.Dataset | None
+    data: data_mod.PreparedData
+    global_batch: int
+
+
+def run_training(
+    config: RunConfig,
+    run_dir: RunDir,
+    plan: DevicePlan,
+    strategy: tf.distribute.Strategy,
+    cross_device_ops: str,
+    sink: EventSink,
+    stop: threading.Event,
+) -> RunStatus:
+    """Train one run to its end (or a stop); exceptions are the caller's to report."""
+
+    def log(message: str, level: str = "info") -> None:
+        sink.emit(LogMessage(message=message, level=level))
+
+    if config.seed is not None:
+        keras.utils.set_random_seed(config.seed)
+    setup = prepare(config, strategy, log)
+    model, prepared = setup.model, setup.data
+    replicas = strategy.num_replicas_in_sync
+    steps = data_mod.steps(prepared.train_samples, setup.global_batch)
+    dropped = data_mod.dropped_per_epoch(prepared.train_samples, setup.global_batch)
+    initial_epoch = run_dir.backup_epoch()
+    sink.emit(RunStarted(
+        run_dir=str(run_dir.path), device_kind=plan.kind.value,
+        devices=list(strategy.extended.worker_devices), device_names=list(plan.names),
+        num_replicas=replicas, batch_per_replica=config.batch_per_replica,
+        global_batch=setup.global_batch, train_samples=prepared.train_samples,
+        val_samples=prepared.val_samples, test_samples=prepared.test_samples,
+        steps_per_epoch=steps, dropped_per_epoch=dropped, epochs=config.epochs,
+        initial_epoch=initial_epoch, model_name=model.name, params=int(model.count_params()),
+        cross_device_ops=cross_device_ops, tf_version=tf.__version__,
+        keras_version=keras.__version__, summary=models.model_summary(model),
+    ))
+    if dropped:
+        log(f"{dropped} of {prepared.train_samples} training samples are left out of each "
+            f"epoch (the partial last batch): every replica must get a full share. "
+            f"They are reshuffled, so different samples are left out each epoch.")
+    if initial_epoch:
+        log(f"Resuming from the backup: epochs 1-{initial_epoch} are done, "
+            f"continuing with epoch {initial_epoch + 1}.")
+    if stop.is_set():
+        return _finish(sink, RunStatus.STOPPED, initial_epoch, None,
+                       "Stopped before training began.")
+
+    tracker = EpochTracker(steps)
+    monitor = "val_loss" if setup.val is not None else "loss"
+    events = EventCallback(
+        sink, tracker, global_batch=setup.global_batch, epochs=config.epochs, monitor=monitor,
+        batch_interval_s=config.batch_event_interval_s, stop_requested=stop.is_set,
+        checkpoints={"best": run_dir.best_checkpoint, "last": run_dir.last_checkpoint},
+    )
+    previous = run_dir.previous_best(monitor)  # a resumed run keeps its best epoch
+    if previous is not None:
+        events.best_epoch, events.best_value = previous
+    keras_cbs = _keras_callbacks(config, run_dir, monitor,
+                                 previous[1] if previous is not None else None)
+    callbacks = [NanGuard(), *[CompleteEpochsOnly(cb, tracker) for cb in keras_cbs], events]
+    try:
+        model.fit(setup.train, validation_data=setup.val, epochs=config.epochs,
+                  initial_epoch=initial_epoch, callbacks=callbacks, verbose=0)
+    except RuntimeError as error:
+        if "NaN or Inf loss" not in str(error):
+            raise
+        epoch = events.last_epoch_seen or 0
+        raise NonFiniteLossError(
+            f"The loss became NaN or infinite in epoch {epoch + 1} "
+            f"(after batch {tracker.steps_done(epoch)}). Training stopped; checkpoints hold "
+            f"the last finite epoch. Lower the learning rate, check the data for NaN values, "
+            f"or enable gradient clipping in the model's optimizer."
+        ) from error
+
+    epochs_done = max(events.epochs_done, initial_epoch)
+    last_seen = events.last_epoch_seen
+    partial = last_seen is not None and not tracker.complete(last_seen)
+    if partial:
+        log(f"Stopped in epoch {last_seen + 1} after {tracker.steps_done(last_seen)} of {steps} "
+            f"steps; that epoch is not recorded and will be redone on resume.")
+        return _finish(sink, RunStatus.STOPPED, epochs_done, events, "Stopped by request.")
+    if stop.is_set() and epochs_done < config.epochs:
+        return _finish(sink, RunStatus.STOPPED, epochs_done, events, "Stopped by request.")
+
+    if setup.test is not None:
+        _evaluate(model, setup, sink)
+    _export(config, run_dir, model, prepared, sink)
+    status = RunStatus.EARLY_STOPPED if epochs_done < config.epochs else RunStatus.COMPLETED
+    return _finish(sink, status, epochs_done, events, "")
+
+
+def prepare(config: RunConfig, strategy: tf.distribute.Strategy, log) -> TrainingSetup:
+    """Load data and model under the strategy, match labels to the loss, batch the data."""
+    prepared = data_mod.load_data(config)
+    global_batch = config.batch_per_replica * strategy.num_replicas_in_sync
+    data_mod.steps(prepared.train_samples, global_batch)  # raises when under one batch
+    model = models.load_model(config, strategy, input_shape=prepared.input_shape,
+                              num_classes=prepared.num_classes, log=log,
+                              custom_objects_file=config.custom_objects)
+    models.check_model_fits_data(model, prepared.input_shape, prepared.num_classes,
+                                 prepared.label_max)
+    _check_mirrored(model, strategy, log)
+    relabel = _label_mapper(model, prepared, log)
+    cache = data_mod.fits_in_memory(prepared.train_samples, prepared.input_shape)
+
+    replicas = strategy.num_replicas_in_sync
+
+    def batched(ds, samples, batch, shuffle):
+        if ds is None or samples < replicas:
+            return None
+        if relabel is not None:
+            ds = ds.map(relabel, num_parallel_calls=tf.data.AUTOTUNE)
+        return data_mod.batch_for_training(ds, samples, batch, shuffle=shuffle,
+                                           seed=config.seed, cache=cache)
+
+    def evaluation(ds, samples):
+        return batched(ds, samples, eval_batch(samples, config.batch_per_replica, replicas), False)
+
+    return TrainingSetup(
+        model=model, data=prepared, global_batch=global_batch,
+        train=batched(prepared.train, prepared.train_samples, global_batch, True),
+        val=evaluation(prepared.val, prepared.val_samples),
+        test=evaluation(prepared.test, prepared.test_samples),
+    )
+
+
+def eval_batch(samples: int, batch_per_replica: int, replicas: int) -> int:
+    """The largest global batch (a multiple of the replicas, at most the training one)
+    that leaves fewer samples than replicas out of an evaluation.
+
+    Every replica must get a full share, so evaluation drops its remainder too;
+    with the training batch that can be a third of a small validation set.
+    """
+    for per_replica in range(min(batch_per_replica, samples // replicas), 0, -1):
+        if samples % (per_replica * replicas) < replicas:
+            return per_replica * replicas
+    return replicas
+
+
+def _check_mirrored(model: keras.Model, strategy: tf.distribute.Strategy, log) -> None:
+    """A variable made outside the strategy's scope trains on one replica only, silently."""
+    variables = [getattr(v, "value", v) for v in model.variables]
+    outside = [v.name for v in variables if not strategy.extended.variable_created_in_scope(v)]
+    if outside:
+        raise ModelError(
+            f"{len(outside)} of the model's {len(variables)} variables were created outside the "
+            f"training strategy ({', '.join(outside[:3])}); they would train on one replica "
+            f"only. Build the model inside build_model() rather than at import time of the .py.")
+    log(f"All {len(variables)} model variables are mirrored across "
+        f"{strategy.num_replicas_in_sync} replicas.")
+
+
+def _label_mapper(model: keras.Model, prepared: data_mod.PreparedData, log):
+    """Integer labels for a one-hot loss (or the reverse) are converted, not refused."""
+    wants_onehot = models.loss_wants_onehot(model)
+    classes = prepared.num_classes
+    if wants_onehot is True and prepared.label_kind == "sparse" and classes:
+        log(f"The model's loss expects one-hot labels; converting integer labels "
+            f"to one-hot vectors of {classes} classes.")
+        return lambda x, y: (x, tf.one_hot(tf.cast(tf.reshape(y, [-1])[0], tf.int32), classes))
+    if wants_onehot is False and prepared.label_kind == "onehot":
+        log("The model's loss expects integer labels; converting one-hot labels to class ids.")
+        return lambda x, y: (x, tf.argmax(y, axis=-1))
+    return None
+
+
+def _keras_callbacks(config: RunConfig, run_dir: RunDir, monitor: str,
+                     best_so_far: float | None) -> list:
+    run_dir.checkpoints.mkdir(parents=True, exist_ok=True)
+    cbs: list = [
+        keras.callbacks.BackupAndRestore(str(run_dir.backup), delete_checkpoint=False),
+        keras.callbacks.ModelCheckpoint(str(run_dir.best_checkpoint), monitor=monitor,
+                                        save_best_only=True, verbose=0,
+                                        initial_value_threshold=best_so_far),
+        keras.callbacks.ModelCheckpoint(str(run_dir.last_checkpoint), verbose=0),
+        keras.callbacks.CSVLogger(str(run_dir.history_csv), append=True),
+    ]
+    es, rl = config.early_stopping, config.reduce_lr
+    if es.enabled:
+        cbs.append(keras.callbacks.EarlyStopping(
+            monitor=_monitor(es.monitor, monitor), patience=es.patience,
+            min_delta=es.min_delta, restore_best_weights=es.restore_best_weights))
+    if rl.enabled:
+        cbs.append(keras.callbacks.ReduceLROnPlateau(
+            monitor=_monitor(rl.monitor, monitor), factor=rl.factor,
+            patience=rl.patience, min_lr=rl.min_lr))
+    if config.tensorboard:
+        cbs.append(keras.callbacks.TensorBoard(str(run_dir.tensorboard), update_freq="epoch"))
+    return cbs
+
+
+def _monitor(wanted: str, available: str) -> str:
+    """Without validation data, `val_*` monitors fall back to their training twin."""
+    if available == "loss" and wanted.startswith("val_"):
+        return wanted[len("val_"):]
+    return wanted
+
+
+def _evaluate(model: keras.Model, setup: TrainingSetup, sink: EventSink) -> None:
+    samples, replicas = setup.data.test_samples, model.distribute_strategy.num_replicas_in_sync
+    batch = eval_batch(samples, setup.global_batch // replicas, replicas)
+    results = model.evaluate(setup.test, verbose=0, return_dict=True)
+    dropped = data_mod.dropped_per_epoch(samples, batch)
+    sink.emit(Evaluated(dataset="test", metrics={k: float(v) for k, v in results.items()},
+                        samples=samples - dropped, dropped=dropped))
+
+
+def _export(config: RunConfig, run_dir: RunDir, model: keras.Model,
+            prepared: data_mod.PreparedData, sink: EventSink) -> None:
+    for fmt in config.export_formats:
+        result = export_model(model, run_dir.export_path(fmt), fmt,
+                              sample_x=prepared.x_sample, class_names=prepared.class_names)
+        sink.emit(ModelExported(path=str(result.path), format=result.format,
+                                verified=result.verified, max_abs_diff=result.max_abs_diff))
+
+
+def _finish(sink: EventSink, status: RunStatus, epochs_done: int,
+            events: EventCallback | None, message: str) -> RunStatus:
+    best_epoch = events.best_epoch if events else None
+    sink.emit(RunFinished(
+        status=status, epochs_done=epochs_done, best_epoch=best_epoch,
+        best_metric=events.monitor if events and best_epoch is not None else None,
+        best_value=events.best_value if events and best_epoch is not None else None,
+        message=message,
+    ))
+    return status

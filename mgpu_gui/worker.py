@@ -1,0 +1,149 @@
+"""Child-process entry that runs one training job.
+
+    python -m mgpu_gui.worker RUN_DIR --events-fd N --control-fd M
+
+Events go as JSON lines to the inherited pipe `N` (stdout and stderr belong to
+Keras, TensorFlow and user code) and into RUN_DIR/events.jsonl. Lines read from
+pipe `M` are commands ("stop"); end-of-file there means the supervisor is gone,
+and the worker then stops at the next batch boundary and exits. The device
+environment is applied before TensorFlow is imported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+import traceback
+from pathlib import Path
+from typing import TextIO
+
+from mgpu_gui.core.devices import DevicePlan
+from mgpu_gui.core.errors import ExportError, UserError
+from mgpu_gui.core.events import (
+    EpochEnd,
+    Event,
+    Phase,
+    RunFailed,
+    RunFinished,
+    RunStarted,
+    RunStatus,
+)
+from mgpu_gui.core.rundir import RunDir
+
+PARENT_GONE_GRACE_S = 10.0  # after the supervisor dies: time to stop cleanly, then exit hard
+EXIT_FAILED = 1
+
+
+class EventChannel:
+    """Writes each event to the supervisor's pipe and to the run's events.jsonl."""
+
+    def __init__(self, pipe: TextIO | None, log_path: Path):
+        self._pipe = pipe
+        self._log = open(log_path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+        self._lock = threading.Lock()
+        self.started = False
+
+    def emit(self, event: Event) -> None:
+        line = event.to_json() + "\n"
+        with self._lock:
+            self.started |= isinstance(event, RunStarted)
+            self._log.write(line)
+            if isinstance(event, (EpochEnd, RunFinished, RunFailed)):
+                self._log.flush()
+                os.fsync(self._log.fileno())  # a power cut keeps every finished epoch
+            if self._pipe is not None:
+                try:
+                    self._pipe.write(line)
+                except (BrokenPipeError, ValueError):
+                    self._pipe = None  # the supervisor is gone; the file still records
+
+    def close(self) -> None:
+        """Close the run's log; the pipe belongs to whoever opened it."""
+        with self._lock:
+            self._log.close()
+
+
+def listen_for_stop(control_fd: int | None, stop: threading.Event) -> None:
+    """Stop on "stop" from the supervisor, on SIGTERM/SIGINT, and when the supervisor dies."""
+
+    def on_signal(signum, frame):
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    if control_fd is None:
+        return
+
+    def read() -> None:
+        with os.fdopen(control_fd, "r", encoding="utf-8") as control:
+            for line in control:
+                if line.strip() == "stop":
+                    stop.set()
+        stop.set()  # end of file: the supervisor died or closed the channel
+        timer = threading.Timer(PARENT_GONE_GRACE_S, os._exit, args=(EXIT_FAILED,))
+        timer.daemon = True
+        timer.start()
+
+    threading.Thread(target=read, name="control", daemon=True).start()
+
+
+def run_job(run_dir: RunDir, plan: DevicePlan, strategy, cross_device_ops: str,
+            channel: EventChannel, stop: threading.Event) -> int:
+    """Run one job and report any failure as an event; returns the process exit code."""
+    from mgpu_gui.core.training import run_training
+
+    try:
+        status = run_training(run_dir.read_config(), run_dir, plan, strategy, cross_device_ops,
+                              channel, stop)
+    except Exception as error:  # every failure must reach the user as an event
+        channel.emit(failure_event(error, channel.started))
+        return EXIT_FAILED
+    return 0 if status is not RunStatus.FAILED else EXIT_FAILED
+
+
+def failure_event(error: BaseException, started: bool) -> RunFailed:
+    phase = Phase.EXPORT if isinstance(error, ExportError) else (
+        Phase.TRAINING if started else Phase.SETUP)
+    if isinstance(error, UserError):
+        message = str(error)
+    else:
+        message = (f"Training failed with an unexpected error: {type(error).__name__}: {error}. "
+                   f"This is likely a bug in mgpu-gui or in the model code; the traceback "
+                   f"and worker.log in the run folder help to report it.")
+    return RunFailed(message=message, phase=phase, error_type=type(error).__name__,
+                     traceback="".join(traceback.format_exception(error)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="mgpu_gui.worker")
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--events-fd", type=int)
+    parser.add_argument("--control-fd", type=int)
+    args = parser.parse_args(argv)
+
+    run_dir = RunDir(args.run_dir)
+    pipe = os.fdopen(args.events_fd, "w", buffering=1, encoding="utf-8") if (
+        args.events_fd is not None) else None
+    channel = EventChannel(pipe, run_dir.events_jsonl)
+    stop = threading.Event()
+    listen_for_stop(args.control_fd, stop)
+    try:
+        plan = DevicePlan.from_json(run_dir.plan_json.read_text())
+        from mgpu_gui.core.strategy import apply_device_env, make_strategy
+
+        apply_device_env(plan)  # before TensorFlow is imported
+        strategy, cross_device_ops = make_strategy(plan)
+    except Exception as error:
+        channel.emit(failure_event(error, started=False))
+        channel.close()
+        return EXIT_FAILED
+    code = run_job(run_dir, plan, strategy, cross_device_ops, channel, stop)
+    channel.close()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,502 @@
+"""GPU inventory through a fake NVML module, device planning, and the real pynvml."""
+
+from __future__ import annotations
+
+import ctypes.util
+import json
+import sys
+import threading
+from dataclasses import dataclass, field
+from types import ModuleType, SimpleNamespace
+
+import pytest
+
+from mgpu_gui.core.config import DeviceKind, DeviceSelection
+from mgpu_gui.core.devices import (
+    DevicePlan,
+    GpuInfo,
+    GpuInventory,
+    MigInstance,
+    NvmlSession,
+    NvmlState,
+    format_inventory,
+    plan_devices,
+    query_inventory,
+)
+from mgpu_gui.core.errors import DeviceError
+
+GiB = 2**30
+UUID0 = "GPU-11111111-1111-1111-1111-111111111111"
+UUID1 = "GPU-22222222-2222-2222-2222-222222222222"
+MIG_A = "MIG-aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa"
+MIG_B = "MIG-bbbbbbbb-bbbb-bbbb-bbbb-bbbbbbbbbbbb"
+
+
+# -- a fake pynvml ---------------------------------------------------------------
+
+
+@dataclass
+class FakeGpu:
+    name: str
+    uuid: str
+    bus: bytes
+    memory: int
+    cc: tuple[int, int] = (9, 0)
+    mig: list[tuple[str, str, int] | None] | None = None  # None: MIG not supported
+    broken: set[str] = field(default_factory=set)  # functions raising NotSupported
+
+
+ERRORS = {  # pynvml's names and codes
+    "NVMLError_NotSupported": 3, "NVMLError_NoPermission": 4, "NVMLError_NotFound": 6,
+    "NVMLError_DriverNotLoaded": 9, "NVMLError_LibraryNotFound": 12,
+    "NVMLError_GpuIsLost": 15, "NVMLError_LibRmVersionMismatch": 25,
+    "NVMLError_Unknown": 999,
+}
+
+
+def fake_nvml(gpus: list[FakeGpu], init_error: str | None = None,
+              count_error: str | None = None, lost: set[int] = frozenset()) -> ModuleType:
+    m = ModuleType("fake_pynvml")
+    m.NVML_DEVICE_MIG_ENABLE = 1
+    m.inits = 0
+    m.shutdowns = 0
+
+    class NVMLError(Exception):
+        value = 999
+
+        def __str__(self) -> str:
+            return type(self).__name__.removeprefix("NVMLError_")
+
+    m.NVMLError = NVMLError
+    for name, code in ERRORS.items():
+        setattr(m, name, type(name, (NVMLError,), {"value": code}))
+
+    def fail(name: str) -> None:
+        raise getattr(m, name)()
+
+    def init() -> None:
+        m.inits += 1
+        if init_error:
+            fail(init_error)
+
+    def shutdown() -> None:
+        m.shutdowns += 1
+
+    def count() -> int:
+        if count_error:
+            fail(count_error)
+        return len(gpus)
+
+    def handle(index: int) -> tuple:
+        if index in lost:
+            fail("NVMLError_GpuIsLost")
+        return ("gpu", index)
+
+    def field_of(getter):  # device functions, on GPU and MIG handles
+        def call(h: tuple):
+            gpu = gpus[h[1]]
+            if getter.__name__ in gpu.broken:
+                fail("NVMLError_NotSupported")
+            if h[0] == "mig":
+                return getter(gpu, gpu.mig[h[2]])
+            return getter(gpu, None)
+        call.__name__ = getter.__name__
+        return call
+
+    def nvmlDeviceGetName(gpu, mig):
+        return mig[1] if mig else gpu.name
+
+    def nvmlDeviceGetUUID(gpu, mig):
+        return mig[0] if mig else gpu.uuid
+
+    def nvmlDeviceGetPciInfo(gpu, mig):
+        return SimpleNamespace(busId=gpu.bus)  # bytes, as in a ctypes struct
+
+    def nvmlDeviceGetMemoryInfo(gpu, mig):
+        return SimpleNamespace(total=mig[2] if mig else gpu.memory, used=0, free=0)
+
+    def nvmlDeviceGetCudaComputeCapability(gpu, mig):
+        return gpu.cc
+
+    def nvmlDeviceGetMigMode(gpu, mig):
+        if gpu.mig is None:
+            fail("NVMLError_NotSupported")
+        return (1, 1)
+
+    def nvmlDeviceGetMaxMigDeviceCount(gpu, mig):
+        return len(gpu.mig or [])
+
+    def mig_handle(h: tuple, slot: int) -> tuple:
+        if gpus[h[1]].mig[slot] is None:
+            fail("NVMLError_NotFound")  # what NVML says for an empty slot
+        return ("mig", h[1], slot)
+
+    m.nvmlInit = init
+    m.nvmlShutdown = shutdown
+    m.nvmlSystemGetDriverVersion = lambda: "550.54.15"
+    m.nvmlSystemGetCudaDriverVersion = lambda: 12040
+    m.nvmlDeviceGetCount = count
+    m.nvmlDeviceGetHandleByIndex = handle
+    m.nvmlDeviceGetMigDeviceHandleByIndex = mig_handle
+    for getter in (nvmlDeviceGetName, nvmlDeviceGetUUID, nvmlDeviceGetPciInfo,
+                   nvmlDeviceGetMemoryInfo, nvmlDeviceGetCudaComputeCapability,
+                   nvmlDeviceGetMigMode, nvmlDeviceGetMaxMigDeviceCount):
+        setattr(m, getter.__name__, field_of(getter))
+    return m
+
+
+def h100(uuid: str = UUID0, bus: bytes = b"00000000:17:00.0", **kw) -> FakeGpu:
+    return FakeGpu("NVIDIA H100 80GB HBM3", uuid, bus, 80 * GiB, **kw)
+
+
+def two_gpus() -> list[FakeGpu]:
+    return [h100(), h100(UUID1, b"00000000:65:00.0")]
+
+
+def mig_gpu(uuid: str = UUID0) -> FakeGpu:
+    return h100(uuid, mig=[(MIG_A, "NVIDIA H100 80GB HBM3 MIG 3g.40gb", 40 * GiB), None,
+                           (MIG_B, "NVIDIA H100 80GB HBM3 MIG 1g.10gb", 10 * GiB)])
+
+
+# -- inventory -------------------------------------------------------------------
+
+
+def test_two_gpus_are_listed_in_nvml_order():
+    nvml = fake_nvml(two_gpus())
+    inv = query_inventory(nvml)
+    assert inv.state is NvmlState.OK
+    assert inv.message == ""
+    assert (inv.driver_version, inv.cuda_driver_version) == ("550.54.15", "12.4")
+    assert [g.index for g in inv.gpus] == [0, 1]
+    gpu = inv.gpus[1]
+    assert gpu == GpuInfo(1, "NVIDIA H100 80GB HBM3", UUID1, "00000000:65:00.0", 80 * GiB,
+                          (9, 0), (), False)
+    # an injected module gets a session of its own, closed afterwards
+    assert (nvml.inits, nvml.shutdowns) == (1, 1)
+
+
+def test_mig_instances_are_listed_and_empty_slots_skipped():
+    inv = query_inventory(fake_nvml([mig_gpu(), h100(UUID1)]))
+    mig, plain = inv.gpus
+    assert mig.mig_enabled and not plain.mig_enabled
+    assert mig.mig_instances == (
+        MigInstance(0, MIG_A, "NVIDIA H100 80GB HBM3 MIG 3g.40gb", 40 * GiB),
+        MigInstance(2, MIG_B, "NVIDIA H100 80GB HBM3 MIG 1g.10gb", 10 * GiB),
+    )
+
+
+@pytest.mark.parametrize(
+    ("error", "state", "words"),
+    [
+        ("NVMLError_LibraryNotFound", NvmlState.NO_DRIVER,
+         "No NVIDIA driver found (libnvidia-ml not available): training will run on CPU "
+         "replicas. To train on GPUs, install the NVIDIA driver"),
+        ("NVMLError_DriverNotLoaded", NvmlState.DRIVER_ERROR,
+         "The NVIDIA driver is installed but not running (DriverNotLoaded): training will "
+         "run on CPU replicas. Check nvidia-smi; rebooting or loading the nvidia kernel"),
+        ("NVMLError_LibRmVersionMismatch", NvmlState.DRIVER_ERROR,
+         "differ in version (LibRmVersionMismatch): training will run on CPU replicas. "
+         "This follows a driver update: reboot"),
+        ("NVMLError_NoPermission", NvmlState.DRIVER_ERROR, "permissions of /dev/nvidia*"),
+        ("NVMLError_Unknown", NvmlState.DRIVER_ERROR,
+         "The NVIDIA driver could not be started (Unknown)"),
+    ],
+)
+def test_init_failures_become_states_with_a_message(error, state, words):
+    nvml = fake_nvml(two_gpus(), init_error=error)
+    inv = query_inventory(nvml)
+    assert inv.state is state
+    assert inv.gpus == ()
+    assert words in inv.message
+    assert inv.message.startswith(inv.reason) and inv.message.endswith(inv.advice)
+    assert nvml.shutdowns == 0  # never initialised, nothing to shut down
+
+
+def test_zero_gpus_is_no_gpu():
+    inv = query_inventory(fake_nvml([]))
+    assert inv.state is NvmlState.NO_GPU
+    assert inv.driver_version == "550.54.15"
+    assert inv.message.startswith("The NVIDIA driver 550.54.15 is running but reports no GPU: "
+                                  "training will run on CPU replicas.")
+
+
+def test_failing_count_is_a_driver_error():
+    inv = query_inventory(fake_nvml(two_gpus(), count_error="NVMLError_Unknown"))
+    assert inv.state is NvmlState.DRIVER_ERROR
+    assert "cannot count its GPUs" in inv.message
+
+
+def test_unsupported_fields_become_not_available():
+    gpu = h100(broken={"nvmlDeviceGetCudaComputeCapability", "nvmlDeviceGetMemoryInfo"})
+    inv = query_inventory(fake_nvml([gpu]))
+    assert inv.state is NvmlState.OK
+    assert inv.gpus[0].compute_capability is None
+    assert inv.gpus[0].memory_total is None
+    assert inv.gpus[0].uuid == UUID0
+    row = format_inventory(inv).splitlines()[2]
+    assert row.split()[:7] == ["0", "NVIDIA", "H100", "80GB", "HBM3", "N/A", "N/A"]
+
+
+def test_lost_gpu_keeps_its_index():
+    inv = query_inventory(fake_nvml(two_gpus(), lost={0}))
+    assert inv.gpus[0] == GpuInfo(0, None, None, None, None, None)
+    assert inv.gpus[1].uuid == UUID1
+
+
+def test_function_missing_from_an_old_pynvml_is_not_available():
+    nvml = fake_nvml(two_gpus())
+    del nvml.nvmlSystemGetCudaDriverVersion
+    del nvml.nvmlDeviceGetMigMode
+    inv = query_inventory(nvml)
+    assert inv.state is NvmlState.OK
+    assert inv.cuda_driver_version is None
+    assert not inv.gpus[0].mig_enabled
+
+
+def test_missing_pynvml_module_is_no_driver():
+    session = NvmlSession(module_name="mgpu_gui_no_such_pynvml")
+    inv = query_inventory(session)
+    assert inv.state is NvmlState.NO_DRIVER
+    assert "pynvml module is missing" in inv.message
+    assert "training will run on CPU replicas" in inv.message
+
+
+def test_session_initialises_once_and_shuts_down(monkeypatch):
+    registered = []
+    monkeypatch.setattr("atexit.register", registered.append)
+    monkeypatch.setattr("atexit.unregister", registered.remove)
+    nvml = fake_nvml(two_gpus())
+    session = NvmlSession(nvml)
+    threads = [threading.Thread(target=query_inventory, args=(session,)) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert nvml.inits == 1
+    assert registered == [session.shutdown]  # NVML is shut down at exit
+    session.shutdown()
+    assert (nvml.shutdowns, registered) == (1, [])
+    assert session.query("nvmlDeviceGetCount") == 2  # fake ignores shutdown; real says N/A
+    query_inventory(session)
+    assert nvml.inits == 2  # started again on demand
+
+
+def test_init_failure_is_remembered_until_shutdown():
+    nvml = fake_nvml([], init_error="NVMLError_LibraryNotFound")
+    session = NvmlSession(nvml)
+    query_inventory(session)
+    query_inventory(session)
+    assert nvml.inits == 1  # a poller must not retry dlopen every tick
+    session.shutdown()
+    query_inventory(session)
+    assert nvml.inits == 2
+
+
+def test_real_pynvml_never_raises():
+    inv = query_inventory()
+    assert inv == query_inventory()  # the second call reuses the session
+    assert "pynvml" in sys.modules
+    if ctypes.util.find_library("nvidia-ml") is None:
+        assert inv.state is NvmlState.NO_DRIVER
+        assert inv.message == (
+            "No NVIDIA driver found (libnvidia-ml not available): training will run on CPU "
+            "replicas. To train on GPUs, install the NVIDIA driver and check that "
+            "nvidia-smi works."
+        )
+        assert format_inventory(inv) == inv.message
+    else:
+        assert inv.state is NvmlState.OK or inv.message
+
+
+# -- planning --------------------------------------------------------------------
+
+
+def inventory(*gpus: FakeGpu) -> GpuInventory:
+    return query_inventory(fake_nvml(list(gpus)))
+
+
+NO_DRIVER = query_inventory(fake_nvml([], init_error="NVMLError_LibraryNotFound"))
+
+
+def test_auto_takes_all_gpus_by_uuid():
+    plan = plan_devices(DeviceSelection(), inventory(*two_gpus()))
+    assert plan.kind is DeviceKind.GPU
+    assert plan.replicas == 2
+    assert [g.index for g in plan.gpus] == [0, 1]
+    assert plan.env == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+                        "CUDA_VISIBLE_DEVICES": f"{UUID0},{UUID1}"}
+    assert plan.names == [f"GPU 0: NVIDIA H100 80GB HBM3 ({UUID0})",
+                          f"GPU 1: NVIDIA H100 80GB HBM3 ({UUID1})"]
+    assert plan.note == ""
+
+
+def test_replicas_take_the_first_gpus():
+    plan = plan_devices(DeviceSelection(kind=DeviceKind.GPU, replicas=1),
+                        inventory(*two_gpus()))
+    assert plan.env["CUDA_VISIBLE_DEVICES"] == UUID0
+    assert plan.replicas == 1
+
+
+def test_gpus_chosen_by_index_or_uuid_keep_the_given_order():
+    sel = DeviceSelection(gpus=("1", UUID0.upper()))
+    plan = plan_devices(sel, inventory(*two_gpus()))
+    assert plan.env["CUDA_VISIBLE_DEVICES"] == f"{UUID1},{UUID0}"
+    assert [g.index for g in plan.gpus] == [1, 0]
+
+
+def test_auto_without_gpu_trains_on_two_cpu_replicas():
+    plan = plan_devices(DeviceSelection(), NO_DRIVER)
+    assert plan.kind is DeviceKind.CPU
+    assert plan.replicas == 2
+    assert plan.gpus == ()
+    assert plan.env == {"CUDA_VISIBLE_DEVICES": ""}
+    assert plan.names == ["CPU replica 0 (logical device CPU:0)",
+                          "CPU replica 1 (logical device CPU:1)"]
+    assert plan.note == NO_DRIVER.message
+
+
+def test_auto_without_gpu_honours_replicas():
+    assert plan_devices(DeviceSelection(replicas=4), NO_DRIVER).replicas == 4
+
+
+def test_cpu_kind_ignores_gpus_that_exist():
+    plan = plan_devices(DeviceSelection(kind=DeviceKind.CPU, replicas=3),
+                        inventory(*two_gpus()))
+    assert (plan.kind, plan.replicas, plan.env) == (
+        DeviceKind.CPU, 3, {"CUDA_VISIBLE_DEVICES": ""})
+    assert plan.note == ""
+    assert plan_devices(DeviceSelection(kind=DeviceKind.CPU), NO_DRIVER).replicas == 2
+
+
+def error(selection: DeviceSelection, inv: GpuInventory) -> str:
+    with pytest.raises(DeviceError) as info:
+        plan_devices(selection, inv)
+    return str(info.value)
+
+
+def test_gpu_kind_without_driver_says_why_and_what_to_do():
+    assert error(DeviceSelection(kind=DeviceKind.GPU), NO_DRIVER) == (
+        "Cannot train on GPUs: No NVIDIA driver found (libnvidia-ml not available). "
+        "To train on GPUs, install the NVIDIA driver and check that nvidia-smi works. "
+        "Or train on CPU replicas instead (--cpu, or device 'CPU' in the app)."
+    )
+
+
+def test_gpu_kind_without_gpu_says_why():
+    msg = error(DeviceSelection(kind=DeviceKind.GPU), inventory())
+    assert msg.startswith("Cannot train on GPUs: The NVIDIA driver 550.54.15 is running but "
+                          "reports no GPU.")
+    assert "--cpu" in msg
+
+
+def test_chosen_gpus_without_driver_is_an_error_even_in_auto():
+    assert "No NVIDIA driver found" in error(DeviceSelection(gpus=("0",)), NO_DRIVER)
+
+
+def test_too_many_gpus_names_what_exists():
+    assert error(DeviceSelection(replicas=3), inventory(*two_gpus())) == (
+        "3 GPUs asked for, but this machine has 2 GPUs. GPUs found: "
+        f"0 = NVIDIA H100 80GB HBM3 ({UUID0}); 1 = NVIDIA H100 80GB HBM3 ({UUID1}). "
+        "Ask for at most 2, or train on CPU replicas instead (--cpu, or device 'CPU' in "
+        "the app)."
+    )
+
+
+def test_unknown_index_and_uuid_name_what_exists():
+    inv = inventory(*two_gpus())
+    msg = error(DeviceSelection(gpus=("0", "7")), inv)
+    assert msg.startswith("There is no GPU with index '7' on this machine. GPUs found: 0 = ")
+    assert msg.endswith("Choose GPUs by these indices or UUIDs.")
+    assert "There is no GPU with UUID 'GPU-nope'" in error(DeviceSelection(gpus=("GPU-nope",)),
+                                                           inv)
+
+
+def test_same_gpu_twice_is_an_error():
+    assert error(DeviceSelection(gpus=("0", UUID0)), inventory(*two_gpus())) == (
+        f"GPU 0 is chosen twice (as '0' and '{UUID0}'); each GPU can hold one replica, "
+        "so list it once."
+    )
+
+
+def test_inconsistent_selections_are_errors():
+    inv = inventory(*two_gpus())
+    assert "3 replicas asked for but 2 GPUs chosen" in error(
+        DeviceSelection(gpus=("0", "1"), replicas=3), inv)
+    assert "At least 1 replica" in error(DeviceSelection(replicas=0), inv)
+    assert "device kind is CPU" in error(DeviceSelection(kind=DeviceKind.CPU, gpus=("0",)),
+                                         inv)
+
+
+def test_mig_gpu_uses_its_mig_instance_uuid():
+    inv = inventory(mig_gpu(), h100(UUID1))
+    plan = plan_devices(DeviceSelection(gpus=("0",)), inv)
+    assert plan.env["CUDA_VISIBLE_DEVICES"] == MIG_A
+    assert plan.names == [f"GPU 0 MIG 0: NVIDIA H100 80GB HBM3 MIG 3g.40gb ({MIG_A})"]
+    plan = plan_devices(DeviceSelection(gpus=(MIG_B,)), inv)
+    assert plan.env["CUDA_VISIBLE_DEVICES"] == MIG_B
+    assert plan.gpus[0].index == 0
+
+
+def test_mig_with_another_device_is_an_error():
+    msg = error(DeviceSelection(gpus=("0", "1")), inventory(mig_gpu(), h100(UUID1)))
+    assert msg.startswith("GPU 0 is in MIG mode, and CUDA shows a process only one MIG "
+                          "instance, so it cannot train together with other devices.")
+    assert "nvidia-smi -i 0 -mig 0" in msg
+
+
+def test_auto_leaves_mig_gpus_out_and_says_so():
+    plan = plan_devices(DeviceSelection(), inventory(mig_gpu(), h100(UUID1)))
+    assert plan.env["CUDA_VISIBLE_DEVICES"] == UUID1
+    assert "GPU 0 left out: in MIG mode" in plan.note
+    msg = error(DeviceSelection(replicas=2), inventory(mig_gpu(), h100(UUID1)))
+    assert msg.startswith("2 GPUs asked for, but this machine has 1 GPU not in MIG mode.")
+
+
+def test_all_mig_machine_trains_on_one_instance():
+    inv = inventory(mig_gpu(), mig_gpu(UUID1))
+    plan = plan_devices(DeviceSelection(), inv)
+    assert (plan.replicas, plan.env["CUDA_VISIBLE_DEVICES"]) == (1, MIG_A)
+    assert "one MIG instance" in plan.note
+    assert "MIG mode" in error(DeviceSelection(replicas=2), inv)
+
+
+def test_mig_without_instances_is_an_error():
+    msg = error(DeviceSelection(gpus=("0",)), inventory(h100(mig=[])))
+    assert "has MIG enabled but no MIG instance created" in msg
+
+
+def test_unknown_uuid_falls_back_to_pci_ordered_indices():
+    inv = inventory(h100(broken={"nvmlDeviceGetUUID"}), h100(UUID1))
+    plan = plan_devices(DeviceSelection(), inv)
+    assert plan.env == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "0,1"}
+
+
+def test_plan_and_inventory_round_trip_through_json():
+    inv = inventory(mig_gpu(), h100(UUID1))
+    for plan in (plan_devices(DeviceSelection(gpus=("0",)), inv),
+                 plan_devices(DeviceSelection(), inv), plan_devices(DeviceSelection(), NO_DRIVER)):
+        assert DevicePlan.from_json(plan.to_json()) == plan
+    data = json.loads(inv.to_json())
+    assert data["state"] == "ok"
+    assert data["gpus"][0]["mig_instances"][0]["uuid"] == MIG_A
+
+
+# -- text ------------------------------------------------------------------------
+
+
+def test_format_inventory_is_a_table_with_mig_lines():
+    text = format_inventory(inventory(mig_gpu(), h100(UUID1, b"00000000:65:00.0")))
+    assert text.splitlines() == [
+        "NVIDIA driver 550.54.15, CUDA 12.4, 2 GPUs",
+        "#  Name                   Memory    CC   PCI bus           UUID",
+        f"0  NVIDIA H100 80GB HBM3  80.0 GiB  9.0  00000000:17:00.0  {UUID0}",
+        f"   MIG 0: NVIDIA H100 80GB HBM3 MIG 3g.40gb, 40.0 GiB, {MIG_A}",
+        f"   MIG 2: NVIDIA H100 80GB HBM3 MIG 1g.10gb, 10.0 GiB, {MIG_B}",
+        f"1  NVIDIA H100 80GB HBM3  80.0 GiB  9.0  00000000:65:00.0  {UUID1}",
+    ]
+
+
+def test_format_inventory_without_gpus_prints_the_message():
+    inv = inventory()
+    assert format_inventory(inv) == "NVIDIA driver 550.54.15, CUDA 12.4\n" + inv.message
+    assert "MIG mode on, no MIG instance" in format_inventory(inventory(h100(mig=[])))

@@ -1,0 +1,189 @@
+"""Real data-parallel training on 1, 2 and 4 logical CPU replicas.
+
+One host process per replica count runs every job of that count (see
+helpers/replica_host.py); models and data are tiny so the module stays fast.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import textwrap
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig
+from mgpu_gui.core.devices import GpuInventory, NvmlState
+from mgpu_gui.core.events import (
+    CheckpointSaved,
+    EpochEnd,
+    ModelExported,
+    RunFailed,
+    RunFinished,
+    RunStarted,
+    RunStatus,
+)
+from mgpu_gui.core.rundir import RunDir
+from mgpu_gui.core.supervisor import prepare_run
+from tests.helpers.hosts import ReplicaHost
+
+pytestmark = pytest.mark.slow
+
+NO_GPU = GpuInventory(state=NvmlState.NO_DRIVER, gpus=(), driver_version=None,
+                      cuda_driver_version=None, message="No NVIDIA driver (test).")
+GLOBAL_BATCH = 32
+
+
+@pytest.fixture(scope="session")
+def hosts():
+    made: dict[int, ReplicaHost] = {}
+
+    def get(replicas: int) -> ReplicaHost:
+        if replicas not in made:
+            made[replicas] = ReplicaHost(replicas)
+        return made[replicas]
+
+    yield get
+    for host in made.values():
+        host.close()
+
+
+@pytest.fixture(scope="session")
+def files(tmp_path_factory) -> dict[str, Path]:
+    """Three Gaussian blobs in 8-D, and builders with and without BatchNormalization."""
+    root = tmp_path_factory.mktemp("training")
+    rng = np.random.default_rng(0)
+    centers = rng.normal(0, 3, size=(3, 8))
+
+    def blobs(n):
+        y = rng.integers(0, 3, size=n)
+        return (centers[y] + rng.normal(0, 1, size=(n, 8))).astype("float32"), y.astype("int64")
+
+    x_train, y_train = blobs(250)  # 250 = 7 x 32 + 26: a partial last batch
+    x_val, y_val = blobs(64)
+    np.savez(root / "blobs.npz", x_train=x_train, y_train=y_train, x_val=x_val, y_val=y_val)
+    for name, extra in (("dense", ""), ("bn", "keras.layers.BatchNormalization(),")):
+        (root / f"{name}.py").write_text(textwrap.dedent(f"""
+            import keras
+
+            def build_model(input_shape, num_classes):
+                return keras.Sequential([
+                    keras.Input(input_shape),
+                    keras.layers.Dense(16, activation="relu"),
+                    {extra}
+                    keras.layers.Dense(num_classes, activation="softmax"),
+                ], name="{name}")
+        """))
+    return {"root": root, "data": root / "blobs.npz", "dense": root / "dense.py",
+            "bn": root / "bn.py"}
+
+
+def start(files, replicas: int, model: Path | str, tmp_path: Path, **overrides) -> RunDir:
+    config = RunConfig(
+        model=str(model), data=str(files["data"]), epochs=4,
+        batch_per_replica=GLOBAL_BATCH // replicas, output_dir=str(tmp_path),
+        devices=DeviceSelection(kind=DeviceKind.CPU, replicas=replicas),
+        batch_event_interval_s=0.0, seed=7,
+    ).replace(**overrides)
+    return prepare_run(config, NO_GPU).run_dir
+
+
+def only(events, cls):
+    return [e for e in events if isinstance(e, cls)]
+
+
+LOSSES: dict[int, list[float]] = {}
+
+
+@pytest.mark.parametrize("replicas", [1, 2, 4])
+def test_trains_on_replicas_with_a_partial_last_batch(hosts, files, tmp_path, replicas):
+    run_dir = start(files, replicas, files["dense"], tmp_path)
+    code, events = hosts(replicas).run(run_dir.path)
+    assert code == 0, only(events, RunFailed)
+    started = only(events, RunStarted)[0]
+    assert started.num_replicas == replicas
+    assert started.global_batch == GLOBAL_BATCH
+    assert started.batch_per_replica == GLOBAL_BATCH // replicas
+    assert (started.steps_per_epoch, started.dropped_per_epoch) == (7, 26)
+    losses = [e.metrics["loss"] for e in only(events, EpochEnd)]
+    assert len(losses) == 4 and all(math.isfinite(v) for v in losses)
+    assert losses[-1] < losses[0]
+    assert only(events, RunFinished)[0].status is RunStatus.COMPLETED
+    exported = only(events, ModelExported)[0]
+    assert exported.verified and Path(exported.path).exists()
+    LOSSES[replicas] = losses
+
+
+def test_same_global_batch_and_seed_give_the_same_losses():
+    if set(LOSSES) != {1, 2, 4}:
+        pytest.skip("needs the three replica runs above")
+    for replicas in (2, 4):
+        assert np.allclose(LOSSES[replicas], LOSSES[1], atol=1e-3), (replicas, LOSSES)
+
+
+@pytest.mark.parametrize("replicas", [2, 4])
+def test_batchnorm_with_partial_last_batch_has_no_nan(hosts, files, tmp_path, replicas):
+    run_dir = start(files, replicas, files["bn"], tmp_path, sync_batchnorm=replicas == 4)
+    code, events = hosts(replicas).run(run_dir.path)
+    assert code == 0, only(events, RunFailed)
+    for epoch in only(events, EpochEnd):
+        assert all(math.isfinite(v) for v in epoch.metrics.values()), epoch.metrics
+
+
+def test_stop_mid_epoch_leaves_resumable_backup_and_no_partial_epoch(hosts, files, tmp_path):
+    host = hosts(2)
+    run_dir = start(files, 2, files["dense"], tmp_path, epochs=5)
+    code, events = host.run(run_dir.path, stop_at=(1, 2))  # epoch 2, third batch
+    assert code == 0, only(events, RunFailed)
+    finished = only(events, RunFinished)[0]
+    assert finished.status is RunStatus.STOPPED and finished.epochs_done == 1
+    assert [e.epoch for e in only(events, EpochEnd)] == [0]
+    assert {e.epoch for e in only(events, CheckpointSaved)} == {0}
+    assert run_dir.backup_epoch() == 1
+    with open(run_dir.history_csv) as f:
+        assert [row["epoch"] for row in csv.DictReader(f)] == ["0"]
+    assert not run_dir.export_path("keras").exists()
+
+    code, events = host.run(run_dir.path)  # resume in the same folder
+    assert code == 0, only(events, RunFailed)
+    assert only(events, RunStarted)[0].initial_epoch == 1
+    assert [e.epoch for e in only(events, EpochEnd)] == [1, 2, 3, 4]
+    assert only(events, RunFinished)[0].epochs_done == 5
+    recorded = [e.epoch for e in run_dir.events() if isinstance(e, EpochEnd)]
+    assert recorded == [0, 1, 2, 3, 4]  # no epoch lost or counted twice
+    with open(run_dir.history_csv) as f:
+        assert [row["epoch"] for row in csv.DictReader(f)] == ["0", "1", "2", "3", "4"]
+
+
+@pytest.fixture(scope="session")
+def saved_models(files) -> dict[str, Path]:
+    """A compiled Keras 3 `.keras` file and a compiled Keras 2 (tf_keras) `.h5` file."""
+    import keras
+    import tf_keras
+
+    root = files["root"]
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
+                              keras.layers.Dense(3, activation="softmax")])
+    model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
+    model.save(root / "compiled.keras")
+    legacy = tf_keras.Sequential([tf_keras.layers.Dense(16, activation="relu", input_shape=(8,)),
+                                  tf_keras.layers.Dense(3, activation="softmax")])
+    legacy.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
+    with warnings.catch_warnings():  # tf_keras calls HDF5 legacy: writing one is the point
+        warnings.simplefilter("ignore", UserWarning)
+        legacy.save(root / "legacy.h5")
+    return {"keras": root / "compiled.keras", "h5": root / "legacy.h5"}
+
+
+@pytest.mark.parametrize("kind", ["keras", "h5"])
+def test_saved_models_train_on_every_replica(hosts, files, saved_models, tmp_path, kind):
+    run_dir = start(files, 2, saved_models[kind], tmp_path, epochs=2)
+    code, events = hosts(2).run(run_dir.path)
+    assert code == 0, only(events, RunFailed)
+    assert only(events, RunStarted)[0].num_replicas == 2
+    assert any("mirrored" in e.message for e in events if hasattr(e, "message"))
+    losses = [e.metrics["loss"] for e in only(events, EpochEnd)]
+    assert len(losses) == 2 and losses[1] < losses[0]
