@@ -306,9 +306,10 @@ def cmd_devices(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from mgpu_gui.core.export import export_file  # imports TensorFlow: only for this command
 
-    source = _export_source(args.source)
-    fmt = args.format or _format_from_suffix(args.output)
-    result = export_file(source, args.output, fmt)
+    source = _export_source(args.source.expanduser().absolute())
+    output = args.output.expanduser().absolute()  # the verifier runs in another folder
+    fmt = args.format or _format_from_suffix(output)
+    result = export_file(source, output, fmt)
     print(f"Exported {result.format} model: {result.path} (reloaded in a fresh process, "
           f"max prediction difference {result.max_abs_diff:.2g})")
     return 0

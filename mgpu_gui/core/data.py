@@ -26,6 +26,7 @@ from mgpu_gui.core.datafile import (
     LabelKind,
     LabelStats,
     check_pairs,
+    class_ids,
     demo_split_indices,
     describe_labels,
     image_x_shape,
@@ -173,6 +174,10 @@ def load_data(config: RunConfig) -> PreparedData:
         if vkind is DataKind.IMAGES and kind is DataKind.IMAGES and vnames != class_names:
             raise DataError(f"validation folder classes {list(vnames)} differ from the "
                             f"training folder classes {list(class_names)}.")
+        kinds = [_label_stats([(p, n)]).kind for p, n in ((train, "train"), (val, "validation"))]
+        if kinds[0] is not kinds[1]:
+            raise DataError(f"validation labels are {kinds[1].value} but training labels are "
+                            f"{kinds[0].value}; use the same label format in both.")
         val_source = f"validation_data ({config.validation_data})"
     elif val is not None:
         val_source = "x_val/y_val in the data file"
@@ -182,10 +187,8 @@ def load_data(config: RunConfig) -> PreparedData:
     named = ((train, "train"), (val, "validation"), (test, "test"))
     parts = [(s, n) for s, n in named if s is not None]
     stats = _label_stats(parts)
-    if kind is DataKind.IMAGES:
-        class_names = class_names or tuple(str(i) for i in range(stats.num_classes or 0))
-    elif stats.kind is LabelKind.SPARSE:
-        class_names = tuple(str(i) for i in range(stats.num_classes or 0))
+    if kind is not DataKind.IMAGES:
+        class_names = class_ids(stats.num_classes)
     to_ds = _Converter(config, shape)
     return PreparedData(
         kind=kind, train=to_ds(train), val=None if val is None else to_ds(val),
@@ -222,7 +225,9 @@ def _read_source(
     layout = read_npz_layout(path)
     arrays = read_npz_arrays(path, [k for pair in layout.pairs for k in pair])
     check_pairs(path.name, layout.pairs, layout.x_shapes, arrays)
-    splits = {xk: _Arrays(*_npz_arrays(arrays[xk], arrays[yk], config.rescale))
+    y_keys = [yk for _, yk in layout.pairs]
+    sparse = describe_labels([arrays[k] for k in y_keys], y_keys).kind is LabelKind.SPARSE
+    splits = {xk: _npz_arrays(arrays[xk], arrays[yk], config.rescale, sparse)
               for xk, yk in layout.pairs}
     if role == "validation_data":  # a separate file: its own x_val if any, else its x_train
         return (splits.get("x_val", splits["x_train"]), None, None, DataKind.NPZ, (),
@@ -231,18 +236,15 @@ def _read_source(
             npz_x_shape(layout.x_shapes["x_train"], layout.x_dtypes["x_train"]))
 
 
-def _npz_arrays(x: np.ndarray, y: np.ndarray, rescale: float) -> tuple[np.ndarray, np.ndarray]:
+def _npz_arrays(x: np.ndarray, y: np.ndarray, rescale: float, sparse: bool) -> _Arrays:
     if x.dtype == np.uint8:  # pixels: scale like an image folder, add the channel axis
         x = x.astype(np.float32) * np.float32(rescale)
         x = x[..., None] if x.ndim == 3 else x
     else:
         x = x.astype(np.float32, copy=False)
-    stats = describe_labels([y], ["labels"])
-    if stats.kind is LabelKind.SPARSE:
-        y = y.reshape(len(y)).astype(np.int32)
-    else:
-        y = y.astype(np.float32, copy=False)
-    return x, y
+    if sparse:
+        return _Arrays(x, y.reshape(len(y)).astype(np.int32))
+    return _Arrays(x, y.astype(np.float32, copy=False))
 
 
 def _split(data: _Split, fraction: float, seed: int | None) -> tuple[_Split, _Split | None]:

@@ -61,7 +61,9 @@ class DataInfo:
 
     `val_samples` / `test_samples` are None when the source has no such split;
     `x_shape` is what the model sees per sample (None for image folders when
-    no `image_size` was given, since the images are resized at load time).
+    no `image_size` was given, since the images are resized at load time);
+    `x_dtype` is the stored dtype (the model always gets float32; uint8 is
+    taken for pixels and rescaled).
     """
 
     kind: DataKind
@@ -135,9 +137,9 @@ def _inspect_demo() -> DataInfo:
     stats = describe_labels([labels], ["labels"])
     return DataInfo(
         kind=DataKind.DEMO, source=DEMO, train_samples=len(rest), val_samples=None,
-        test_samples=len(test), x_shape=(*images.shape[1:], 1), x_dtype="float32",
+        test_samples=len(test), x_shape=(*images.shape[1:], 1), x_dtype=str(images.dtype),
         label_kind=stats.kind, num_classes=stats.num_classes,
-        class_names=tuple(str(i) for i in range(stats.num_classes or 0)),
+        class_names=class_ids(stats.num_classes),
         label_min=stats.minimum, label_max=stats.maximum,
     )
 
@@ -173,8 +175,9 @@ def read_npz_layout(path: Path) -> NpzLayout:
                 pairs.append((xk, yk))
         shapes: dict[str, tuple[int, ...]] = {}
         dtypes: dict[str, np.dtype] = {}
-        for xk, _ in pairs:
+        for xk, yk in pairs:
             shapes[xk], dtypes[xk] = _npy_header(zf, path, xk)
+            _npy_header(zf, path, yk)  # refuses text and pickled objects before loading
     return NpzLayout(keys, tuple(pairs), shapes, dtypes)
 
 
@@ -183,8 +186,10 @@ def read_npz_arrays(path: Path, keys: Sequence[str]) -> dict[str, np.ndarray]:
     try:
         with np.load(path, allow_pickle=False) as z:
             return {k: z[k] for k in keys}
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
-        raise DataError(f"{path.name} is corrupt or not a NumPy .npz file ({exc}); "
+    except MemoryError:
+        raise
+    except Exception as exc:  # damaged data fails in zlib, zipfile or numpy's header parser
+        raise DataError(f"{path.name} is corrupt or not a NumPy .npz file ({_short(exc)}); "
                         "save it again with numpy.savez or numpy.savez_compressed.") from exc
 
 
@@ -205,10 +210,16 @@ def _inspect_npz(path: Path) -> DataInfo:
     return DataInfo(
         kind=DataKind.NPZ, source=str(path), train_samples=counts["x_train"],
         val_samples=counts.get("x_val"), test_samples=counts.get("x_test"),
-        x_shape=npz_x_shape(layout.x_shapes["x_train"], x_dtype), x_dtype="float32",
-        label_kind=stats.kind, num_classes=stats.num_classes, class_names=(),
-        label_min=stats.minimum, label_max=stats.maximum,
+        x_shape=npz_x_shape(layout.x_shapes["x_train"], x_dtype), x_dtype=str(x_dtype),
+        label_kind=stats.kind, num_classes=stats.num_classes,
+        class_names=class_ids(stats.num_classes), label_min=stats.minimum,
+        label_max=stats.maximum,
     )
+
+
+def class_ids(num_classes: int | None) -> tuple[str, ...]:
+    """Class names for labelled-by-number data: "0", "1", ..."""
+    return tuple(str(i) for i in range(num_classes or 0))
 
 
 def check_pairs(
@@ -251,15 +262,21 @@ def _npy_header(zf: zipfile.ZipFile, path: Path, key: str) -> tuple[tuple[int, .
     try:
         with zf.open(key + ".npy") as f:
             shape, dtype = _read_header(f)
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
-        raise DataError(f"{path.name}: the array {key} is corrupt ({exc}); "
+    except Exception as exc:  # zipfile, zlib and numpy's header parser all raise their own
+        raise DataError(f"{path.name}: the array {key} is corrupt ({_short(exc)}); "
                         "save the file again.") from exc
     if len(shape) == 0:
         raise DataError(f"{path.name}: {key} is a single value, not an array of samples.")
     if dtype.kind not in "biuf":
         raise DataError(f"{path.name}: {key} has dtype {dtype}; it must hold numbers "
-                        "(convert it with numpy before saving).")
+                        "(labels: class ids 0..K-1, one-hot rows or targets); convert it "
+                        "with numpy before saving.")
     return shape, dtype
+
+
+def _short(exc: BaseException, limit: int = 120) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _read_header(f: IO[bytes]) -> tuple[tuple[int, ...], np.dtype]:
@@ -279,6 +296,11 @@ def describe_labels(ys: Sequence[np.ndarray], names: Sequence[str]) -> LabelStat
             raise DataError(f"{name} has dtype {y.dtype}; labels must be numbers "
                             "(class ids 0..K-1, one-hot rows, or targets).")
     shape = tuple(int(d) for d in ys[0].shape[1:])
+    for y, name in zip(ys, names, strict=True):
+        other = tuple(int(d) for d in y.shape[1:])
+        if other != shape and {other, shape} != {(), (1,)}:
+            raise DataError(f"{name} labels have shape {other} per sample but {names[0]} "
+                            f"labels have {shape}; use the same label format in every split.")
     nonempty = [y for y in ys if y.size]
     lo = float(min(y.min() for y in nonempty)) if nonempty else None
     hi = float(max(y.max() for y in nonempty)) if nonempty else None
@@ -336,7 +358,7 @@ def _inspect_folder(folder: Path, image_size: Sequence[int] | None) -> DataInfo:
         kind=DataKind.IMAGES, source=str(folder), train_samples=len(listing.paths),
         val_samples=None, test_samples=None,
         x_shape=image_x_shape(image_size) if image_size is not None else None,
-        x_dtype="float32", label_kind=LabelKind.SPARSE,
+        x_dtype="uint8", label_kind=LabelKind.SPARSE,
         num_classes=len(listing.class_names), class_names=listing.class_names,
         label_min=float(min(listing.labels)), label_max=float(max(listing.labels)),
     )

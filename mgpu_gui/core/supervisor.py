@@ -51,6 +51,8 @@ def prepare_run(config: RunConfig, inventory: GpuInventory | None = None) -> Pre
     Raises a UserError before any file is written when the input is wrong.
     """
     config.check()
+    # Absolute: the worker and the export verifier run in other folders.
+    config = config.replace(output_dir=str(config.output_path.absolute()))
     plan = plan_devices(config.devices, inventory if inventory is not None else query_inventory())
     preflight.check(config, plan.replicas)
     run_dir = create_run_dir(config)
@@ -171,7 +173,7 @@ class WorkerProcess:
     def _pump_output(self) -> None:
         assert self._proc is not None and self._proc.stdout is not None
         log_path: Path = self.run.run_dir.worker_log
-        with open(log_path, "a", encoding="utf-8", errors="replace") as log:
+        with self._proc.stdout, open(log_path, "a", encoding="utf-8", errors="replace") as log:
             for raw in self._proc.stdout:
                 line = raw.decode("utf-8", errors="replace").rstrip("\n")
                 log.write(line + "\n")

@@ -17,7 +17,7 @@ class MainWindow(QMainWindow):
         layout = QVBoxLayout(central)
         heading = QLabel("<h2>mgpu-gui</h2>Data-parallel Keras training on this machine's GPUs.")
         layout.addWidget(heading)
-        devices = QPlainTextEdit(format_inventory(query_inventory()))
+        self.devices_view = devices = QPlainTextEdit(format_inventory(query_inventory()))
         devices.setReadOnly(True)
         devices.setFont(QFont("monospace"))
         devices.setAccessibleName("GPU inventory")
