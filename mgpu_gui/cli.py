@@ -25,7 +25,7 @@ from mgpu_gui.core.config import (
     ReduceLROnPlateauConfig,
     RunConfig,
 )
-from mgpu_gui.core.errors import UserError
+from mgpu_gui.core.errors import ConfigError, UserError
 from mgpu_gui.core.events import (
     BatchEnd,
     CheckpointSaved,
@@ -42,6 +42,15 @@ from mgpu_gui.core.rundir import RunDir
 from mgpu_gui.core.supervisor import RunOutcome, WorkerProcess, prepare_run
 
 COMMANDS = ("train", "devices", "export")
+FLAGS = {  # RunConfig fields as the flags a CLI user typed
+    "model": "--model", "data": "--data", "validation_data": "--val-data",
+    "validation_split": "--val-split", "batch_per_replica": "--batch-per-replica",
+    "epochs": "--epochs", "learning_rate": "--lr", "optimizer": "--optimizer",
+    "devices.replicas": "--replicas", "devices.gpus": "--gpus", "image_size": "--image-size",
+    "rescale": "--rescale", "export_formats": "--export", "custom_objects": "--custom-objects",
+    "early_stopping.patience": "--es-patience", "reduce_lr.patience": "--rl-patience",
+    "reduce_lr.factor": "--rl-factor",
+}
 EXIT_FAILED, EXIT_USAGE, EXIT_STOPPED = 1, 2, 130
 
 
@@ -208,6 +217,7 @@ class ConsoleReporter:
                        f"{event.max_abs_diff:.2g})")
 
     def _started(self, e: RunStarted) -> None:
+        self._line(f"Run folder: {e.run_dir}")
         kind = "GPU" if e.device_kind == "gpu" else "CPU replica"
         self._line(f"Training {e.model_name} ({e.params:,} parameters) on {e.num_replicas} "
                    f"{kind}{'s' if e.num_replicas != 1 else ''} "
@@ -243,10 +253,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     run = prepare_run(config)
     human = sys.stderr if args.json else sys.stdout
     reporter = ConsoleReporter(human, quiet=args.quiet, debug=args.debug)
-    if not args.quiet:
-        print(f"Run folder: {run.run_dir.path}", file=human)
-        if run.plan.note:
-            print(run.plan.note, file=human)
+    if not args.quiet and run.plan.note:
+        print(run.plan.note, file=human)
     worker = WorkerProcess(run, on_output=(lambda line: print(line, file=sys.stderr))
                            if args.debug else None)
     interrupted = _forward_interrupts(worker)
@@ -342,6 +350,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers = {"train": cmd_train, "devices": cmd_devices, "export": cmd_export}
     try:
         return handlers[args.command or "train"](args)
+    except ConfigError as error:
+        lines = [f"{FLAGS.get(field, field)}: {message}" for field, message in error.problems]
+        print("error: invalid settings:\n  " + "\n  ".join(lines), file=sys.stderr)
+        return EXIT_USAGE
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE

@@ -103,7 +103,7 @@ def batch_for_training(
     shuffle: bool,
     seed: int | None,
     cache: bool,
-    replicas: int = 1,
+    replicas: int | None = None,
     what: str = "training",
 ) -> tf.data.Dataset:
     """Cache, shuffle (anew each epoch), batch with drop_remainder, prefetch.
@@ -114,10 +114,11 @@ def batch_for_training(
     import tensorflow as tf
 
     if samples < global_batch:
+        split = (f"{global_batch // replicas} per replica x {replicas} replicas" if replicas
+                 else "batch per replica x replicas")
         raise DataError(
             f"the {what} set has {samples} samples, fewer than one global batch "
-            f"({global_batch} = {global_batch // max(replicas, 1)} per replica x {replicas} "
-            "replicas); lower the batch per replica or use fewer replicas"
+            f"({global_batch} = {split}); lower the batch per replica or use fewer replicas"
         )
     if cache:
         ds = ds.cache()

@@ -13,9 +13,9 @@ file, and into `classes.json` inside a SavedModel folder (so the folder moves
 as one unit and is replaced atomically with its model). The file is
 `{"class_names": [...]}`.
 
-Out of scope: models with several inputs, and `.keras` files whose layers need
-custom objects (the verifying process loads with no `custom_objects` and with
-`safe_mode=True`, so such an export fails verification with the load error).
+The verifying process loads with `safe_mode=True` unless the user allowed the
+model's Lambda code, and with the same custom-objects file the run used.
+Out of scope: models with several inputs.
 
 Keras and TensorFlow are imported inside functions only: the GUI imports this
 module for `default_export_path` and `ExportResult` without loading them.
@@ -47,6 +47,8 @@ from mgpu_gui.core.errors import ExportError
 
 # Predictions must agree within this, scaled by the output's magnitude when it exceeds 1.
 TOLERANCE = 1e-5
+UNSAFE_FLAG = "--allow-unsafe-code"
+CUSTOM_OBJECTS_FLAG = "--custom-objects"
 VERIFY_TIMEOUT_S = 300.0  # TensorFlow import alone takes 2-4 s; big models take longer to load
 _BATCH = 256  # forward passes in chunks so a large sample does not need one huge tensor
 _ERROR_MARK = "MGPU-EXPORT-VERIFY-ERROR: "  # the child's last word on why loading failed
@@ -89,15 +91,18 @@ def export_model(
     sample_x: np.ndarray,
     class_names: Sequence[str] | None = None,
     verify: bool = True,
+    safe_mode: bool = True,
+    custom_objects_file: str | Path | None = None,
 ) -> ExportResult:
     """Write `model` to `out` as `fmt`, verify it in a fresh process, then put it in place.
 
     `sample_x` is a small batch of real inputs (a few dozen rows is plenty: each
     row is run twice). On any failure the target is left as it was and no
     temporary file remains. `verify=False` skips the fresh-process check (the
-    write is still atomic); the result then says `verified=False`.
+    write is still atomic); the result then says `verified=False`. `safe_mode=False`
+    (only with the user's consent to run the model's Lambda code) applies to the reload.
     """
-    out = Path(out).expanduser()
+    out = Path(out).expanduser().absolute()  # the verifier runs in another folder
     _check_target(out, fmt)
     x = _as_sample(model, sample_x)
     names = _check_class_names(class_names)
@@ -133,7 +138,7 @@ def export_model(
         diff, seconds = math.nan, 0.0
         if verify:
             started = time.monotonic()
-            reloaded = _run_verifier(fmt, tmp, x)
+            reloaded = _run_verifier(fmt, tmp, x, safe_mode, custom_objects_file)
             seconds = time.monotonic() - started
             diff = _compare(reference, reloaded, out)
         _put_in_place(tmp, out, fmt)
@@ -166,7 +171,7 @@ def export_file(
     like the model's input is used, which checks the file, not the data.
     Without `class_names`, those of `src` (its `<stem>.classes.json`) carry over.
     """
-    src = Path(src).expanduser()
+    src = Path(src).expanduser().absolute()
     _check_format(fmt)
     if not src.is_file():
         raise ExportError(f"Model file not found: {src}. Give the .keras or .h5 file of a run.")
@@ -370,7 +375,8 @@ def _predict(call: Callable[[Any], Any], x: np.ndarray) -> list[np.ndarray]:
     return [np.concatenate(chunk, axis=0) for chunk in zip(*parts, strict=True)]
 
 
-def _run_verifier(fmt: str, path: Path, x: np.ndarray) -> list[np.ndarray]:
+def _run_verifier(fmt: str, path: Path, x: np.ndarray, safe_mode: bool,
+                  custom_objects_file: str | Path | None) -> list[np.ndarray]:
     """Predictions of the export at `path`, reloaded in a fresh Python process."""
     with tempfile.TemporaryDirectory(prefix="mgpu-export-") as work:
         x_path, y_path = Path(work, "x.npy"), Path(work, "y.npz")
@@ -382,7 +388,9 @@ def _run_verifier(fmt: str, path: Path, x: np.ndarray) -> list[np.ndarray]:
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         cmd = [sys.executable, "-m", "mgpu_gui.core.export", "verify", fmt, str(path),
-               str(x_path), str(y_path)]
+               str(x_path), str(y_path)] + ([] if safe_mode else [UNSAFE_FLAG])
+        if custom_objects_file is not None:
+            cmd += [CUSTOM_OBJECTS_FLAG, str(Path(custom_objects_file).expanduser().absolute())]
         try:
             done = subprocess.run(
                 cmd, cwd=work, env=env, capture_output=True, text=True,
@@ -448,7 +456,8 @@ def _compare(reference: list[np.ndarray], reloaded: list[np.ndarray], out: Path)
     return worst
 
 
-def _load_for_verify(fmt: str, path: str) -> Callable[[Any], Any]:
+def _load_for_verify(fmt: str, path: str, safe_mode: bool,
+                     custom_objects_file: str | None) -> Callable[[Any], Any]:
     if fmt == "savedmodel":
         import tensorflow as tf
 
@@ -457,19 +466,30 @@ def _load_for_verify(fmt: str, path: str) -> Callable[[Any], Any]:
         return lambda b: loaded.serve(b)
     import keras
 
-    model = keras.saving.load_model(path, compile=False, safe_mode=True)
+    from mgpu_gui.core.models import load_custom_objects
+
+    custom = load_custom_objects(custom_objects_file) if custom_objects_file else None
+    model = keras.saving.load_model(path, compile=False, safe_mode=safe_mode,
+                                    custom_objects=custom)
     return lambda b: model(b, training=False)
 
 
 def _verify_main(argv: Sequence[str]) -> int:
     """Child side: reload the export with nothing from the trainer and save its predictions."""
+    safe_mode = UNSAFE_FLAG not in argv
+    argv = [a for a in argv if a != UNSAFE_FLAG]
+    custom_objects_file = None
+    if CUSTOM_OBJECTS_FLAG in argv:
+        at = argv.index(CUSTOM_OBJECTS_FLAG)
+        custom_objects_file = argv[at + 1]
+        argv = argv[:at] + argv[at + 2:]
     if len(argv) != 5 or argv[0] != "verify" or argv[1] not in EXPORT_FORMATS:
         print("usage: python -m mgpu_gui.core.export verify {keras,h5,savedmodel} "
               "PATH IN.npy OUT.npz", file=sys.stderr)
         return 2
     _, fmt, path, x_path, y_path = argv
     try:
-        call = _load_for_verify(fmt, path)
+        call = _load_for_verify(fmt, path, safe_mode, custom_objects_file)
         outputs = _predict(call, np.load(x_path, allow_pickle=False))
     except Exception as e:  # reported to the parent as text; the traceback is noise there
         message = f"{type(e).__name__}: {e}".strip().replace("\n", "\\n")

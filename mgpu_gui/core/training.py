@@ -256,7 +256,9 @@ def _export(config: RunConfig, run_dir: RunDir, model: keras.Model,
             prepared: data_mod.PreparedData, sink: EventSink) -> None:
     for fmt in config.export_formats:
         result = export_model(model, run_dir.export_path(fmt), fmt,
-                              sample_x=prepared.x_sample, class_names=prepared.class_names)
+                              sample_x=prepared.x_sample, class_names=prepared.class_names,
+                              safe_mode=not config.allow_unsafe_code,
+                              custom_objects_file=config.custom_objects)
         sink.emit(ModelExported(path=str(result.path), format=result.format,
                                 verified=result.verified, max_abs_diff=result.max_abs_diff))
 
