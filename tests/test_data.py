@@ -192,6 +192,9 @@ def test_fewer_samples_than_a_global_batch():
         r"the training set has 100 samples, fewer than one global batch "
         r"\(128 = 64 per replica x 2 replicas\); lower the batch per replica")):
         batch_for_training(ds, 100, 128, shuffle=True, seed=0, cache=False, replicas=2)
+    with pytest.raises(DataError, match=r"the validation set has 100 samples, fewer than one "
+                                        r"global batch \(128 = batch per replica x replicas\)"):
+        batch_for_training(ds, 100, 128, shuffle=False, seed=None, cache=False, what="validation")
 
 
 def test_fits_in_memory():
