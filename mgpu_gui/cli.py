@@ -120,6 +120,7 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="a .py defining a `custom_objects` dict for models with custom layers")
     p.add_argument("--json", action="store_true", help="print raw events as JSON lines")
     p.add_argument("--quiet", "-q", action="store_true", help="print only the result")
+    p.add_argument("--summary", action="store_true", help="print the model summary")
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
@@ -179,10 +180,11 @@ def _parse_size(text: str) -> tuple[int, int]:
 class ConsoleReporter:
     """Human progress on a terminal: a live line while training, a line per epoch."""
 
-    def __init__(self, out: TextIO, *, quiet: bool, debug: bool):
+    def __init__(self, out: TextIO, *, quiet: bool, debug: bool, summary: bool = False):
         self.out = out
         self.quiet = quiet
         self.debug = debug
+        self.summary = summary
         self.live = out.isatty()
         self.progress = Progress()
         self._last_draw = 0.0
@@ -218,6 +220,8 @@ class ConsoleReporter:
 
     def _started(self, e: RunStarted) -> None:
         self._line(f"Run folder: {e.run_dir}")
+        if self.summary:
+            self._line(e.summary.rstrip())
         kind = "GPU" if e.device_kind == "gpu" else "CPU replica"
         self._line(f"Training {e.model_name} ({e.params:,} parameters) on {e.num_replicas} "
                    f"{kind}{'s' if e.num_replicas != 1 else ''} "
@@ -252,7 +256,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     run = prepare_run(config)
     human = sys.stderr if args.json else sys.stdout
-    reporter = ConsoleReporter(human, quiet=args.quiet, debug=args.debug)
+    reporter = ConsoleReporter(human, quiet=args.quiet, debug=args.debug, summary=args.summary)
     if not args.quiet and run.plan.note:
         print(run.plan.note, file=human)
     worker = WorkerProcess(run, on_output=(lambda line: print(line, file=sys.stderr))

@@ -20,7 +20,7 @@ import traceback
 from pathlib import Path
 from typing import TextIO
 
-from mgpu_gui.core.devices import DevicePlan
+from mgpu_gui.core.device_plan import DevicePlan
 from mgpu_gui.core.errors import ExportError, UserError
 from mgpu_gui.core.events import (
     EpochEnd,

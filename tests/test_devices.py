@@ -12,15 +12,14 @@ from types import ModuleType, SimpleNamespace
 import pytest
 
 from mgpu_gui.core.config import DeviceKind, DeviceSelection
+from mgpu_gui.core.device_plan import DevicePlan, plan_devices
 from mgpu_gui.core.devices import (
-    DevicePlan,
     GpuInfo,
     GpuInventory,
     MigInstance,
     NvmlSession,
     NvmlState,
     format_inventory,
-    plan_devices,
     query_inventory,
 )
 from mgpu_gui.core.errors import DeviceError

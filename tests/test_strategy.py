@@ -17,7 +17,8 @@ import pytest
 
 from mgpu_gui.core import strategy as strategy_module
 from mgpu_gui.core.config import DeviceKind, DeviceSelection
-from mgpu_gui.core.devices import GpuInfo, GpuInventory, NvmlState, plan_devices
+from mgpu_gui.core.device_plan import plan_devices
+from mgpu_gui.core.devices import GpuInfo, GpuInventory, NvmlState
 from mgpu_gui.core.errors import DeviceError
 from mgpu_gui.core.strategy import apply_device_env
 
@@ -25,7 +26,8 @@ CHILD = textwrap.dedent(
     """
     import json, sys
     from mgpu_gui.core.config import DeviceKind, DeviceSelection
-    from mgpu_gui.core.devices import GpuInventory, NvmlState, plan_devices
+    from mgpu_gui.core.device_plan import plan_devices
+    from mgpu_gui.core.devices import GpuInventory, NvmlState
     from mgpu_gui.core.strategy import apply_device_env, make_strategy
 
     replicas = int(sys.argv[1])

@@ -105,11 +105,18 @@ def batch_for_training(
     cache: bool,
     replicas: int | None = None,
     what: str = "training",
+    repeat: bool = False,
 ) -> tf.data.Dataset:
     """Cache, shuffle (anew each epoch), batch with drop_remainder, prefetch.
 
     `replicas` and `what` only shape the error message (`what` is "training",
     "validation" or "test": evaluation under a strategy drops remainders too).
+
+    `repeat=True` (training; give `fit` steps_per_epoch = `steps(...)`) keeps one
+    iterator for the whole run. Without it Keras builds a new iterator every epoch,
+    whose first batch waits for the shuffle buffer to refill: measured on 2 cores,
+    0.05-3.8 s per epoch against 17 ms per step. Batching before repeating keeps
+    epochs whole: each is one reshuffled pass minus the partial last batch.
     """
     import tensorflow as tf
 
@@ -125,7 +132,10 @@ def batch_for_training(
     if shuffle:
         ds = ds.shuffle(_shuffle_buffer(ds, samples, cache), seed=seed,
                         reshuffle_each_iteration=True)
-    return ds.batch(global_batch, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+    ds = ds.batch(global_batch, drop_remainder=True)
+    if repeat:
+        ds = ds.repeat()
+    return ds.prefetch(tf.data.AUTOTUNE)
 
 
 def _shuffle_buffer(ds: tf.data.Dataset, samples: int, cached: bool) -> int:
@@ -302,3 +312,16 @@ class _Converter:
             return np.array(data.x[:n])
         head = _Files(data.paths[:n], data.labels[:n])
         return np.stack([x.numpy() for x, _ in self(head)])
+
+
+def eval_batch(samples: int, batch_per_replica: int, replicas: int) -> int:
+    """The largest global batch (a multiple of the replicas, at most the training one)
+    that leaves fewer samples than replicas out of an evaluation.
+
+    Every replica must get a full share, so evaluation drops its remainder too;
+    with the training batch that can be a third of a small validation set.
+    """
+    for per_replica in range(min(batch_per_replica, samples // replicas), 0, -1):
+        if samples % (per_replica * replicas) < replicas:
+            return per_replica * replicas
+    return replicas

@@ -91,6 +91,11 @@ class RunDir:
         except (OSError, ValueError, KeyError):
             return 0
 
+    def has_progress(self) -> bool:
+        """True once any epoch finished: such a folder is never deleted on a failure."""
+        return self.backup_epoch() > 0 or self.last_checkpoint.exists() or any(
+            isinstance(e, EpochEnd) for e in self.events())
+
     def previous_best(self, monitor: str) -> tuple[int, float] | None:
         """The best epoch recorded before a resume, so a worse one is never called best."""
         best = None

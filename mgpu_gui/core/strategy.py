@@ -16,7 +16,7 @@ from collections.abc import MutableMapping
 from typing import Any
 
 from mgpu_gui.core.config import DeviceKind
-from mgpu_gui.core.devices import DevicePlan
+from mgpu_gui.core.device_plan import DevicePlan
 from mgpu_gui.core.errors import DeviceError
 
 CUDA_EXTRA_HINT = "pip install 'mgpu-gui[cuda]'"

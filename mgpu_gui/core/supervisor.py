@@ -20,7 +20,8 @@ from pathlib import Path
 
 from mgpu_gui.core import preflight
 from mgpu_gui.core.config import RunConfig
-from mgpu_gui.core.devices import DevicePlan, GpuInventory, plan_devices, query_inventory
+from mgpu_gui.core.device_plan import DevicePlan, plan_devices
+from mgpu_gui.core.devices import GpuInventory, query_inventory
 from mgpu_gui.core.events import Event, Phase, RunFailed, RunFinished, RunStatus, parse_event
 from mgpu_gui.core.rundir import RunDir, create_run_dir
 
@@ -156,8 +157,9 @@ class WorkerProcess:
                 return RunOutcome(event.status, event.message, exit_code=code,
                                   events=self.events_seen)
             if isinstance(event, RunFailed):
-                if event.phase is Phase.SETUP:  # nothing worth keeping: leave no files behind
-                    shutil.rmtree(self.run.run_dir.path, ignore_errors=True)
+                run_dir = self.run.run_dir
+                if event.phase is Phase.SETUP and not run_dir.has_progress():
+                    shutil.rmtree(run_dir.path, ignore_errors=True)  # leave no files behind
                 return RunOutcome(RunStatus.FAILED, event.message, event.traceback, code,
                                   self.events_seen)
         how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"

@@ -17,7 +17,7 @@ from mgpu_gui.core import data as data_mod
 from mgpu_gui.core import models
 from mgpu_gui.core.callbacks import CompleteEpochsOnly, EpochTracker, EventCallback, NanGuard
 from mgpu_gui.core.config import RunConfig
-from mgpu_gui.core.devices import DevicePlan
+from mgpu_gui.core.device_plan import DevicePlan
 from mgpu_gui.core.errors import ModelError, UserError
 from mgpu_gui.core.events import (
     Evaluated,
@@ -107,7 +107,9 @@ def run_training(
     callbacks = [NanGuard(), *[CompleteEpochsOnly(cb, tracker) for cb in keras_cbs], events]
     try:
         model.fit(setup.train, validation_data=setup.val, epochs=config.epochs,
-                  initial_epoch=initial_epoch, callbacks=callbacks, verbose=0)
+                  steps_per_epoch=steps, initial_epoch=initial_epoch, callbacks=callbacks,
+                  shuffle=False,  # the dataset reshuffles itself each epoch
+                  verbose=0)
     except RuntimeError as error:
         if "NaN or Inf loss" not in str(error):
             raise
@@ -140,7 +142,6 @@ def prepare(config: RunConfig, strategy: tf.distribute.Strategy, log) -> Trainin
     """Load data and model under the strategy, match labels to the loss, batch the data."""
     prepared = data_mod.load_data(config)
     global_batch = config.batch_per_replica * strategy.num_replicas_in_sync
-    data_mod.steps(prepared.train_samples, global_batch)  # raises when under one batch
     model = models.load_model(config, strategy, input_shape=prepared.input_shape,
                               num_classes=prepared.num_classes, log=log,
                               custom_objects_file=config.custom_objects)
@@ -152,36 +153,29 @@ def prepare(config: RunConfig, strategy: tf.distribute.Strategy, log) -> Trainin
 
     replicas = strategy.num_replicas_in_sync
 
-    def batched(ds, samples, batch, shuffle):
+    def batched(ds, samples, batch, what):
         if ds is None or samples < replicas:
             return None
         if relabel is not None:
             ds = ds.map(relabel, num_parallel_calls=tf.data.AUTOTUNE)
-        return data_mod.batch_for_training(ds, samples, batch, shuffle=shuffle,
-                                           seed=config.seed, cache=cache)
+        training = what == "training"
+        return data_mod.batch_for_training(ds, samples, batch, shuffle=training, repeat=training,
+                                           seed=config.seed, cache=cache, replicas=replicas,
+                                           what=what)
 
-    def evaluation(ds, samples):
-        return batched(ds, samples, eval_batch(samples, config.batch_per_replica, replicas), False)
+    def evaluation(ds, samples, what):
+        batch = data_mod.eval_batch(samples, config.batch_per_replica, replicas)
+        return batched(ds, samples, batch, what)
 
+    if prepared.val is not None and prepared.val_samples < replicas:
+        log(f"The validation set has {prepared.val_samples} samples, fewer than the "
+            f"{replicas} replicas (each must get one); validation is skipped.", "warning")
     return TrainingSetup(
         model=model, data=prepared, global_batch=global_batch,
-        train=batched(prepared.train, prepared.train_samples, global_batch, True),
-        val=evaluation(prepared.val, prepared.val_samples),
-        test=evaluation(prepared.test, prepared.test_samples),
+        train=batched(prepared.train, prepared.train_samples, global_batch, "training"),
+        val=evaluation(prepared.val, prepared.val_samples, "validation"),
+        test=evaluation(prepared.test, prepared.test_samples, "test"),
     )
-
-
-def eval_batch(samples: int, batch_per_replica: int, replicas: int) -> int:
-    """The largest global batch (a multiple of the replicas, at most the training one)
-    that leaves fewer samples than replicas out of an evaluation.
-
-    Every replica must get a full share, so evaluation drops its remainder too;
-    with the training batch that can be a third of a small validation set.
-    """
-    for per_replica in range(min(batch_per_replica, samples // replicas), 0, -1):
-        if samples % (per_replica * replicas) < replicas:
-            return per_replica * replicas
-    return replicas
 
 
 def _check_mirrored(model: keras.Model, strategy: tf.distribute.Strategy, log) -> None:
@@ -245,7 +239,7 @@ def _monitor(wanted: str, available: str) -> str:
 
 def _evaluate(model: keras.Model, setup: TrainingSetup, sink: EventSink) -> None:
     samples, replicas = setup.data.test_samples, model.distribute_strategy.num_replicas_in_sync
-    batch = eval_batch(samples, setup.global_batch // replicas, replicas)
+    batch = data_mod.eval_batch(samples, setup.global_batch // replicas, replicas)
     results = model.evaluate(setup.test, verbose=0, return_dict=True)
     dropped = data_mod.dropped_per_epoch(samples, batch)
     sink.emit(Evaluated(dataset="test", metrics={k: float(v) for k, v in results.items()},

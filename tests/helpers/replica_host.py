@@ -18,7 +18,8 @@ import sys
 import threading
 from pathlib import Path
 
-from mgpu_gui.core.devices import DeviceKind, DevicePlan
+from mgpu_gui.core.config import DeviceKind
+from mgpu_gui.core.device_plan import DevicePlan
 from mgpu_gui.core.events import BatchEnd, Event
 from mgpu_gui.core.rundir import RunDir
 from mgpu_gui.worker import EventChannel, run_job
