@@ -187,3 +187,34 @@ def test_saved_models_train_on_every_replica(hosts, files, saved_models, tmp_pat
     assert any("mirrored" in e.message for e in events if hasattr(e, "message"))
     losses = [e.metrics["loss"] for e in only(events, EpochEnd)]
     assert len(losses) == 2 and losses[1] < losses[0]
+
+
+def test_early_stopping_reduce_lr_and_tensorboard(hosts, files, tmp_path):
+    from mgpu_gui.core.config import EarlyStoppingConfig, ReduceLROnPlateauConfig
+
+    run_dir = start(  # a learning rate too small to improve anything: both callbacks fire
+        files, 2, files["dense"], tmp_path, epochs=30, tensorboard=True, learning_rate=1e-9,
+        early_stopping=EarlyStoppingConfig(enabled=True, patience=1, min_delta=0.5),
+        reduce_lr=ReduceLROnPlateauConfig(enabled=True, factor=0.5, patience=0, min_lr=1e-12),
+    )
+    code, events = hosts(2).run(run_dir.path)
+    assert code == 0, only(events, RunFailed)
+    finished = only(events, RunFinished)[0]
+    assert finished.status is RunStatus.EARLY_STOPPED and finished.epochs_done < 30
+    rates = [e.learning_rate for e in only(events, EpochEnd)]
+    assert rates[0] == pytest.approx(1e-9, rel=1e-6) and rates[-1] < rates[0], [
+        (e.metrics, e.learning_rate) for e in only(events, EpochEnd)]
+    assert any(run_dir.tensorboard.rglob("*tfevents*"))
+
+
+def test_nan_loss_fails_clearly_and_saves_no_nan_weights(hosts, files, tmp_path):
+    run_dir = start(files, 2, files["dense"], tmp_path, optimizer="sgd", learning_rate=1e12)
+    code, events = hosts(2).run(run_dir.path)
+    assert code != 0
+    failed = only(events, RunFailed)[0]
+    assert "NaN or infinite" in failed.message and "learning rate" in failed.message
+    if run_dir.last_checkpoint.exists():  # only epochs that ended finite are saved
+        import keras
+
+        model = keras.saving.load_model(run_dir.last_checkpoint, compile=False)
+        assert all(np.isfinite(w).all() for w in model.get_weights())

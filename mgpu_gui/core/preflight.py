@@ -7,15 +7,21 @@ give later, and leaves no files behind. What only the built model can tell (a
 
 from __future__ import annotations
 
+import importlib.util
+
 from mgpu_gui.core import fit_check
 from mgpu_gui.core.config import DEMO, RunConfig
 from mgpu_gui.core.datafile import DataInfo, LabelKind, inspect_data
-from mgpu_gui.core.errors import DataError, ModelError
+from mgpu_gui.core.errors import DataError, ModelError, UserError
 from mgpu_gui.core.modelfile import ModelFileInfo, inspect_model_file, lambda_refused
 
 
 def check(config: RunConfig, replicas: int) -> tuple[ModelFileInfo | None, DataInfo]:
     """Raise the first problem found; return what was learned for display."""
+    if config.tensorboard and importlib.util.find_spec("tensorboard") is None:
+        raise UserError("TensorBoard logs need the tensorboard package, which TensorFlow 2.21 "
+                        "no longer installs: pip install 'mgpu-gui[tensorboard]', or train "
+                        "without --tensorboard.")
     model = None if config.model == DEMO else inspect_model_file(config.model)
     data = inspect_data(config.data, image_size=config.image_size)
     if config.validation_data is not None:
