@@ -186,7 +186,7 @@ def test_failed_verification_leaves_no_output_and_the_target_untouched(
         out.write_bytes(b"previous export")
     before = _listing(tmp_path)
 
-    def reloaded_differs(fmt_: str, path: Path, x: np.ndarray) -> list[np.ndarray]:
+    def reloaded_differs(fmt_: str, path: Path, x: np.ndarray, *options) -> list[np.ndarray]:
         assert path.exists() and path != out  # verification sees the temporary export
         return [trained.reference + 1e-3]
 
