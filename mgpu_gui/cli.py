@@ -26,17 +26,8 @@ from mgpu_gui.core.config import (
     RunConfig,
 )
 from mgpu_gui.core.errors import ConfigError, UserError
-from mgpu_gui.core.events import (
-    BatchEnd,
-    CheckpointSaved,
-    EpochEnd,
-    Evaluated,
-    Event,
-    LogMessage,
-    ModelExported,
-    RunStarted,
-    RunStatus,
-)
+from mgpu_gui.core.events import BatchEnd, Event, RunFailed, RunFinished, RunStarted, RunStatus
+from mgpu_gui.core.eventtext import event_lines, finished_line
 from mgpu_gui.core.progress import Progress, format_duration, format_metrics, format_rate
 from mgpu_gui.core.rundir import RunDir
 from mgpu_gui.core.supervisor import RunOutcome, WorkerProcess, prepare_run
@@ -194,44 +185,19 @@ class ConsoleReporter:
         self.progress.update(event)
         if self.quiet:
             return
-        if isinstance(event, RunStarted):
-            self._started(event)
-        elif isinstance(event, BatchEnd):
+        if isinstance(event, BatchEnd):
             self._metrics = event.metrics
             if self.live and (time.monotonic() - self._last_draw > 0.1
                               or event.batch + 1 == event.steps):
                 self._draw()
-        elif isinstance(event, EpochEnd):
-            best = "  * best" if event.best else ""
-            self._line(f"Epoch {event.epoch + 1}/{event.epochs}  {format_metrics(event.metrics)}"
-                       f"  ({event.duration_s:.1f} s, {format_rate(event.samples_per_s)}){best}")
-        elif isinstance(event, LogMessage):
-            if event.level != "debug" or self.debug:
-                self._line(("warning: " if event.level == "warning" else "") + event.message)
-        elif isinstance(event, CheckpointSaved) and self.debug:
-            self._line(f"checkpoint saved: {event.path}")
-        elif isinstance(event, Evaluated):
-            self._line(f"Test set ({event.samples} samples, {event.dropped} left out by the "
-                       f"last partial batch): {format_metrics(event.metrics)}")
-        elif isinstance(event, ModelExported):
-            self._line(f"Exported {event.format} model: {event.path} "
-                       f"(reloaded in a fresh process, max prediction difference "
-                       f"{event.max_abs_diff:.2g})")
-
-    def _started(self, e: RunStarted) -> None:
-        self._line(f"Run folder: {e.run_dir}")
-        if self.summary:
-            self._line(e.summary.rstrip())
-        kind = "GPU" if e.device_kind == "gpu" else "CPU replica"
-        self._line(f"Training {e.model_name} ({e.params:,} parameters) on {e.num_replicas} "
-                   f"{kind}{'s' if e.num_replicas != 1 else ''} "
-                   f"(num_replicas_in_sync = {e.num_replicas}, {e.cross_device_ops})")
-        for name in e.device_names:
-            self._line(f"  {name}")
-        self._line(f"Global batch {e.global_batch} = {e.batch_per_replica} per replica x "
-                   f"{e.num_replicas}; {e.train_samples} training samples, {e.steps_per_epoch} "
-                   f"steps per epoch, {e.dropped_per_epoch} dropped per epoch; "
-                   f"{e.val_samples} validation, {e.test_samples} test samples")
+            return
+        if isinstance(event, RunFinished | RunFailed):
+            return  # the outcome is reported once, after the worker ended
+        lines = event_lines(event, verbose=self.debug)
+        if isinstance(event, RunStarted) and self.summary:
+            lines.insert(1, event.summary.rstrip())
+        for line in lines:
+            self._line(line)
 
     def _draw(self) -> None:
         self._last_draw = time.monotonic()
@@ -294,13 +260,10 @@ def _report_outcome(outcome: RunOutcome, out: TextIO, debug: bool, interrupted: 
         if debug and outcome.traceback:
             print(outcome.traceback, file=sys.stderr)
         return EXIT_FAILED
+    finished = next(e for e in reversed(outcome.events) if isinstance(e, RunFinished))
+    print(finished_line(finished), file=out)
     if outcome.status is RunStatus.STOPPED:
-        print(f"Stopped. {outcome.message} The run can be resumed from its backup.",
-              file=out)
         return EXIT_STOPPED if interrupted else 0
-    finished = "Finished early (early stopping)." if (
-        outcome.status is RunStatus.EARLY_STOPPED) else "Finished."
-    print(finished, file=out)
     return 0
 
 

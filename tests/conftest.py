@@ -1,9 +1,70 @@
-"""Shared test setup: no real settings, no GPU, quiet TensorFlow, offscreen Qt."""
+"""Shared test setup: no real settings, no GPU, quiet TensorFlow, offscreen Qt.
+
+GUI tests also fail when they leave a QThread or QTimer running (napari's rule):
+background work must be stopped by whoever started it.
+"""
 
 from __future__ import annotations
 
 import os
 
+import pytest
+
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ["CUDA_VISIBLE_DEVICES"] = ""  # tests must behave the same with or without a GPU
+
+
+@pytest.fixture(autouse=True)
+def _isolated_settings(request, tmp_path_factory):
+    """QSettings of GUI tests go to a temporary folder, never the user's."""
+    if "qtbot" not in request.fixturenames and "qapp" not in request.fixturenames:
+        yield
+        return
+    from PySide6.QtCore import QCoreApplication, QSettings
+
+    folder = tmp_path_factory.mktemp("settings")
+    QSettings.setDefaultFormat(QSettings.Format.IniFormat)
+    QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, str(folder))
+    QCoreApplication.setOrganizationName("mgpu-gui-tests")
+    QCoreApplication.setApplicationName("mgpu-gui-tests")
+    yield
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_threads_or_timers(request, monkeypatch):
+    """Fail a GUI test that leaves a QThread running or a QTimer active."""
+    if "qtbot" not in request.fixturenames:
+        yield
+        return
+    from PySide6.QtCore import QThread, QTimer
+
+    threads: list[QThread] = []
+    timers: list[QTimer] = []
+    thread_start, timer_start = QThread.start, QTimer.start
+
+    def track_thread(self, *args):
+        threads.append(self)
+        return thread_start(self, *args)
+
+    def track_timer(self, *args):
+        timers.append(self)
+        return timer_start(self, *args)
+
+    monkeypatch.setattr(QThread, "start", track_thread)
+    monkeypatch.setattr(QTimer, "start", track_timer)
+    yield
+    from PySide6.QtTest import QTest
+
+    QTest.qWait(1)  # let deleteLater and finished signals run
+    running = [t for t in threads if _alive(lambda t=t: t.isRunning())]
+    active = [t for t in timers if _alive(lambda t=t: t.isActive())]
+    assert not running, f"test left {len(running)} QThread(s) running"
+    assert not active, f"test left {len(active)} QTimer(s) active"
+
+
+def _alive(check) -> bool:
+    try:
+        return bool(check())
+    except RuntimeError:  # the C++ object was deleted with its owner: stopped
+        return False

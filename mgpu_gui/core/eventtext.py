@@ -1,0 +1,72 @@
+"""Events in words: the lines the CLI prints and the GUI's log shows."""
+
+from __future__ import annotations
+
+from mgpu_gui.core.events import (
+    CheckpointSaved,
+    EpochEnd,
+    Evaluated,
+    Event,
+    LogMessage,
+    ModelExported,
+    RunFailed,
+    RunFinished,
+    RunStarted,
+    RunStatus,
+)
+from mgpu_gui.core.progress import format_metrics, format_rate
+
+
+def event_lines(event: Event, *, verbose: bool = False) -> list[str]:
+    """What a person should read about `event`; batch events are for progress bars."""
+    if isinstance(event, RunStarted):
+        return started_lines(event)
+    if isinstance(event, EpochEnd):
+        best = "  * best" if event.best else ""
+        return [f"Epoch {event.epoch + 1}/{event.epochs}  {format_metrics(event.metrics)}"
+                f"  ({event.duration_s:.1f} s, {format_rate(event.samples_per_s)}){best}"]
+    if isinstance(event, LogMessage):
+        if event.level == "debug" and not verbose:
+            return []
+        return [("warning: " if event.level == "warning" else "") + event.message]
+    if isinstance(event, CheckpointSaved):
+        return [f"Checkpoint saved ({event.kind}, epoch {event.epoch + 1}): {event.path}"] if (
+            verbose) else []
+    if isinstance(event, Evaluated):
+        return [f"Test set ({event.samples} samples, {event.dropped} left out by the last "
+                f"partial batch): {format_metrics(event.metrics)}"]
+    if isinstance(event, ModelExported):
+        return [f"Exported {event.format} model: {event.path} (reloaded in a fresh process, "
+                f"max prediction difference {event.max_abs_diff:.2g})"]
+    if isinstance(event, RunFinished):
+        return [finished_line(event)]
+    if isinstance(event, RunFailed):
+        return [f"Failed: {event.message}"]
+    return []
+
+
+def started_lines(e: RunStarted) -> list[str]:
+    kind = "GPU" if e.device_kind == "gpu" else "CPU replica"
+    return [
+        f"Run folder: {e.run_dir}",
+        f"Training {e.model_name} ({e.params:,} parameters) on {e.num_replicas} "
+        f"{kind}{'s' if e.num_replicas != 1 else ''} "
+        f"(num_replicas_in_sync = {e.num_replicas}, {e.cross_device_ops})",
+        *(f"  {name}" for name in e.device_names),
+        f"Global batch {e.global_batch} = {e.batch_per_replica} per replica x "
+        f"{e.num_replicas}; {e.train_samples} training samples, {e.steps_per_epoch} steps "
+        f"per epoch, {e.dropped_per_epoch} dropped per epoch; {e.val_samples} validation, "
+        f"{e.test_samples} test samples",
+    ]
+
+
+def finished_line(event: RunFinished) -> str:
+    if event.status is RunStatus.STOPPED:
+        return (f"Stopped after {event.epochs_done} complete epoch(s). {event.message} "
+                f"The run can be resumed from its backup.")
+    done = "Finished early (early stopping)" if event.status is RunStatus.EARLY_STOPPED else (
+        "Finished")
+    best = ""
+    if event.best_epoch is not None and event.best_value is not None:
+        best = f"; best {event.best_metric} {event.best_value:.4g} in epoch {event.best_epoch + 1}"
+    return f"{done}: {event.epochs_done} epochs{best}."

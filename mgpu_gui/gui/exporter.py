@@ -1,0 +1,73 @@
+"""Export a finished or stopped run's model, in the background (TensorFlow runs in a child)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QProcess, Signal
+from PySide6.QtWidgets import QFileDialog, QWidget
+
+FILTERS = {
+    "Keras model (*.keras)": "keras",
+    "Legacy HDF5 model (*.h5)": "h5",
+    "TensorFlow SavedModel (folder)": "savedmodel",
+}
+SUFFIXES = {"keras": ".keras", "h5": ".h5", "savedmodel": ""}
+
+
+def ask_export_target(parent: QWidget, run_dir: Path) -> tuple[Path, str] | None:
+    """The file (or SavedModel folder) to write and its format, or None when cancelled."""
+    path, chosen = QFileDialog.getSaveFileName(
+        parent, "Export model", str(run_dir.parent / f"{run_dir.name}.keras"),
+        ";;".join(FILTERS), options=QFileDialog.Option.DontUseNativeDialog)
+    if not path:
+        return None
+    fmt = FILTERS.get(chosen, "keras")
+    target = Path(path)
+    if fmt == "savedmodel":
+        target = target.with_suffix("")
+    elif target.suffix.lower() != SUFFIXES[fmt]:
+        target = target.with_name(target.name + SUFFIXES[fmt])
+    return target, fmt
+
+
+class ModelExporter(QObject):
+    """Runs `mgpu-train export` as a child process and reports its one-line result."""
+
+    finished = Signal(bool, str)  # ok, message for the user
+
+    def __init__(self, parent: QObject | None = None):
+        super().__init__(parent)
+        self._process: QProcess | None = None
+
+    def is_running(self) -> bool:
+        return self._process is not None
+
+    def export(self, source: Path, target: Path, fmt: str) -> None:
+        if self._process is not None:
+            raise RuntimeError("an export is already running")
+        process = QProcess(self)
+        process.setProcessChannelMode(QProcess.ProcessChannelMode.SeparateChannels)
+        process.finished.connect(self._on_finished)
+        self._process = process
+        process.start(sys.executable, ["-m", "mgpu_gui.cli", "export", str(source),
+                                       "-o", str(target), "--format", fmt])
+
+    def cancel(self) -> None:
+        if self._process is not None:
+            self._process.kill()
+            self._process.waitForFinished(5000)
+
+    def _on_finished(self, code: int, status: QProcess.ExitStatus) -> None:
+        process, self._process = self._process, None
+        assert process is not None
+        out = bytes(process.readAllStandardOutput()).decode(errors="replace").strip()
+        err = bytes(process.readAllStandardError()).decode(errors="replace").strip()
+        process.deleteLater()
+        if code == 0 and status == QProcess.ExitStatus.NormalExit:
+            self.finished.emit(True, out.splitlines()[-1] if out else "Exported.")
+        else:
+            message = next((line[len("error: "):] for line in err.splitlines()
+                            if line.startswith("error: ")), err[-500:] or "The export failed.")
+            self.finished.emit(False, message)

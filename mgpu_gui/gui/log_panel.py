@@ -1,0 +1,46 @@
+"""The Log and Model-summary tabs: what happened, in words, and what is being trained."""
+
+from __future__ import annotations
+
+import time
+
+from PySide6.QtGui import QFontDatabase
+from PySide6.QtWidgets import QPlainTextEdit, QTabWidget, QWidget
+
+from mgpu_gui.core.events import Event, RunStarted
+from mgpu_gui.core.eventtext import event_lines
+
+MAX_LINES = 20_000  # older lines scroll away; worker.log in the run folder keeps all
+
+
+class LogPanel(QTabWidget):
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        fixed = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+        self.log = QPlainTextEdit(readOnly=True)
+        self.log.setMaximumBlockCount(MAX_LINES)
+        self.log.setFont(fixed)
+        self.log.setAccessibleName("Training log")
+        self.summary = QPlainTextEdit(readOnly=True)
+        self.summary.setFont(fixed)
+        self.summary.setAccessibleName("Model summary")
+        self.summary.setPlaceholderText("The model summary appears when a model is loaded.")
+        self.addTab(self.log, "Log")
+        self.addTab(self.summary, "Model summary")
+
+    def append_event(self, event: Event) -> None:
+        if isinstance(event, RunStarted) and event.summary:
+            self.set_summary(event.summary)
+        stamp = time.strftime("%H:%M:%S", time.localtime(event.t))
+        for line in event_lines(event, verbose=True):
+            self.log.appendPlainText(f"{stamp} {line}")
+
+    def append_output(self, line: str) -> None:
+        """A line the worker printed (TensorFlow, Keras, user code)."""
+        self.log.appendPlainText(f"         | {line}")
+
+    def append_message(self, text: str) -> None:
+        self.log.appendPlainText(time.strftime("%H:%M:%S ") + text)
+
+    def set_summary(self, text: str) -> None:
+        self.summary.setPlainText(text)

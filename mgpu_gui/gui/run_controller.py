@@ -1,0 +1,121 @@
+"""A QThread supervises the training worker process and turns its events into signals.
+
+The worker is a child process (TensorFlow never loads in the GUI process); a
+reader object living in a QThread blocks on the worker's event pipe and
+re-emits each event, in order, as a queued signal to the GUI thread.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
+
+from mgpu_gui.core.config import RunConfig
+from mgpu_gui.core.supervisor import PreparedRun, RunOutcome, WorkerProcess, prepare_run
+
+STOP_TIMEOUT_MS = 30_000  # a graceful stop ends at the next batch; after this, kill
+
+
+class RunState(StrEnum):
+    IDLE = "idle"
+    RUNNING = "running"
+    STOPPING = "stopping"
+
+
+class _EventReader(QObject):
+    """Lives in the supervising QThread; blocks on the pipe, never on the GUI."""
+
+    event = Signal(object)
+    finished = Signal(object)  # RunOutcome
+
+    def __init__(self, worker: WorkerProcess):
+        super().__init__()
+        self.worker = worker
+
+    @Slot()
+    def run(self) -> None:
+        for event in self.worker.events():
+            self.event.emit(event)
+        self.finished.emit(self.worker.outcome())
+        QThread.currentThread().quit()  # from here: the controller's wait() must not deadlock
+
+
+class RunController(QObject):
+    """Starts, stops and watches one training run at a time."""
+
+    event = Signal(object)  # a core Event, in order, on the GUI thread
+    output = Signal(str)  # a line the worker printed (Keras, TensorFlow, user code)
+    started = Signal(object)  # PreparedRun
+    finished = Signal(object)  # RunOutcome
+    state_changed = Signal(str)  # RunState
+
+    def __init__(self, parent: QObject | None = None, *, stop_timeout_ms: int = STOP_TIMEOUT_MS):
+        super().__init__(parent)
+        self.stop_timeout_ms = stop_timeout_ms
+        self.state = RunState.IDLE
+        self.run: PreparedRun | None = None
+        self._worker: WorkerProcess | None = None
+        self._thread: QThread | None = None
+        self._reader: _EventReader | None = None
+        self._kill_timer = QTimer(self)
+        self._kill_timer.setSingleShot(True)
+        self._kill_timer.timeout.connect(self._kill)
+
+    @property
+    def worker_pid(self) -> int | None:
+        return self._worker.pid if self._worker else None
+
+    def is_running(self) -> bool:
+        return self.state is not RunState.IDLE
+
+    def start(self, config: RunConfig) -> PreparedRun:
+        """Check and start a run; a UserError (bad input) is raised before anything starts."""
+        if self.is_running():
+            raise RuntimeError("a run is already in progress")
+        run = prepare_run(config)
+        worker = WorkerProcess(run, on_output=self.output.emit)  # emitted from a pump thread
+        thread = QThread(self)
+        reader = _EventReader(worker)
+        reader.moveToThread(thread)
+        thread.started.connect(reader.run)
+        reader.event.connect(self.event)
+        reader.finished.connect(self._on_finished)
+        thread.finished.connect(reader.deleteLater)
+        worker.start()
+        self.run, self._worker, self._thread, self._reader = run, worker, thread, reader
+        thread.start()
+        self._set_state(RunState.RUNNING)
+        self.started.emit(run)
+        return run
+
+    def stop(self) -> None:
+        """Graceful stop at the next batch boundary; a hard kill after the timeout."""
+        if self.state is not RunState.RUNNING or self._worker is None:
+            return
+        self._worker.request_stop()
+        self._set_state(RunState.STOPPING)
+        self._kill_timer.start(self.stop_timeout_ms)
+
+    def wait(self, timeout_ms: int) -> bool:
+        """Block until the supervising thread ended (tests, and quitting the app)."""
+        return self._thread is None or self._thread.wait(timeout_ms)
+
+    @Slot()
+    def _kill(self) -> None:
+        if self._worker is not None:
+            self._worker.kill()
+
+    @Slot(object)
+    def _on_finished(self, outcome: RunOutcome) -> None:
+        self._kill_timer.stop()
+        if self._thread is not None:
+            self._thread.wait()
+            self._thread.deleteLater()
+        self._worker, self._thread, self._reader = None, None, None
+        self._set_state(RunState.IDLE)
+        self.finished.emit(outcome)
+
+    def _set_state(self, state: RunState) -> None:
+        self.state = state
+        self.state_changed.emit(state.value)
