@@ -1,29 +1,290 @@
-"""The main window; for now the device overview and how to train from the CLI."""
+"""The main window: assembles the panels and wires them through signals.
+
+Panels do not know each other; this window connects the GPU panel's choice to
+the run setup, the run controller's events to the plots, progress and log, and
+errors to the banner. Nothing here blocks: NVML is polled on a thread, training
+and exports run in child processes.
+"""
 
 from __future__ import annotations
 
-from PySide6.QtGui import QFont
-from PySide6.QtWidgets import QLabel, QMainWindow, QPlainTextEdit, QVBoxLayout, QWidget
+from pathlib import Path
 
-from mgpu_gui.core.devices import format_inventory, query_inventory
+from PySide6.QtCore import QByteArray, QSettings, Qt
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtWidgets import (
+    QMainWindow,
+    QMessageBox,
+    QScrollArea,
+    QSplitter,
+    QToolBar,
+    QVBoxLayout,
+    QWidget,
+)
+
+from mgpu_gui import __version__
+from mgpu_gui.core.devices import GpuInventory, NvmlState
+from mgpu_gui.core.errors import UserError
+from mgpu_gui.core.events import Event, RunFailed, RunStarted, RunStatus
+from mgpu_gui.core.rundir import RunDir
+from mgpu_gui.core.supervisor import PreparedRun, RunOutcome
+from mgpu_gui.gui.curves_panel import CurvesPanel
+from mgpu_gui.gui.error_banner import ErrorBanner
+from mgpu_gui.gui.exporter import ModelExporter, ask_export_target
+from mgpu_gui.gui.gpu_panel import GpuPanel
+from mgpu_gui.gui.log_panel import LogPanel
+from mgpu_gui.gui.progress_panel import ProgressPanel
+from mgpu_gui.gui.run_controller import RunController, RunState
+from mgpu_gui.gui.run_setup import RunSetupPanel
+from mgpu_gui.gui.telemetry_source import TelemetrySource
 
 
 class MainWindow(QMainWindow):
-    def __init__(self) -> None:
+    def __init__(self, *, telemetry: TelemetrySource | None = None,
+                 controller: RunController | None = None):
         super().__init__()
         self.setWindowTitle("mgpu-gui")
-        self.resize(900, 560)
-        central = QWidget(self)
-        layout = QVBoxLayout(central)
-        heading = QLabel("<h2>mgpu-gui</h2>Data-parallel Keras training on this machine's GPUs.")
-        layout.addWidget(heading)
-        self.devices_view = devices = QPlainTextEdit(format_inventory(query_inventory()))
-        devices.setReadOnly(True)
-        devices.setFont(QFont("monospace"))
-        devices.setAccessibleName("GPU inventory")
-        layout.addWidget(devices)
-        hint = QLabel("Training from the window arrives with the desktop-app issue; until then "
-                      "run <code>mgpu-train</code> (e.g. <code>mgpu-train --replicas 2</code>).")
-        hint.setWordWrap(True)
-        layout.addWidget(hint)
-        self.setCentralWidget(central)
+        self.telemetry = telemetry or TelemetrySource(parent=self)
+        self.controller = controller or RunController(self)
+        self.exporter = ModelExporter(self)
+        self.last_run: RunDir | None = None
+        self._quit_after_run = False
+
+        self.gpu_panel = GpuPanel(self.telemetry.inventory)
+        self.run_setup = RunSetupPanel()
+        self.banner = ErrorBanner()
+        self.curves = CurvesPanel()
+        self.progress = ProgressPanel()
+        self.log = LogPanel()
+        self._build_actions()
+        self._build_layout()
+        self._connect()
+        self._restore_settings()
+        self.run_setup.set_replicas(self.gpu_panel.replicas())
+        self._update_actions()
+        self.telemetry.start()
+
+    # -- construction --------------------------------------------------------
+    def _build_actions(self) -> None:
+        def action(text, shortcut, slot, tip):
+            act = QAction(text, self)
+            act.setShortcut(QKeySequence(shortcut))
+            act.setToolTip(f"{tip} ({QKeySequence(shortcut).toString()})")
+            act.setStatusTip(tip)
+            act.triggered.connect(slot)
+            return act
+
+        self.open_action = action("&Open model…", QKeySequence.StandardKey.Open,
+                                  self.run_setup.model_browse.click, "Choose a model file")
+        self.train_action = action("&Train", "Ctrl+Return", self.start_training,
+                                   "Start training with these settings")
+        self.stop_action = action("&Stop", "Ctrl+.", self.stop_training,
+                                  "Stop at the next batch; the run stays resumable")
+        self.export_action = action("&Export model…", "Ctrl+E", self.export_model,
+                                    "Save the trained single-device model")
+        self.quit_action = action("&Quit", QKeySequence.StandardKey.Quit, self.close, "Quit")
+        about = QAction("&About mgpu-gui", self)
+        about.triggered.connect(self._about)
+
+        bar = self.menuBar()
+        file_menu = bar.addMenu("&File")
+        for act in (self.open_action, self.export_action):
+            file_menu.addAction(act)
+        file_menu.addSeparator()
+        file_menu.addAction(self.quit_action)
+        run_menu = bar.addMenu("&Run")
+        run_menu.addAction(self.train_action)
+        run_menu.addAction(self.stop_action)
+        bar.addMenu("&Help").addAction(about)
+
+        toolbar = QToolBar("Run", self)
+        toolbar.setObjectName("runToolbar")
+        toolbar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
+        toolbar.addAction(self.train_action)
+        toolbar.addAction(self.stop_action)
+        toolbar.addSeparator()
+        toolbar.addAction(self.export_action)
+        self.addToolBar(Qt.ToolBarArea.TopToolBarArea, toolbar)
+
+    def _build_layout(self) -> None:
+        setup_scroll = QScrollArea()
+        setup_scroll.setWidget(self.run_setup)
+        setup_scroll.setWidgetResizable(True)
+        left = QSplitter(Qt.Orientation.Vertical)
+        left.addWidget(self.gpu_panel)
+        left.addWidget(setup_scroll)
+        left.setStretchFactor(1, 1)
+
+        right = QWidget()
+        right_layout = QVBoxLayout(right)
+        right_layout.setContentsMargins(0, 0, 0, 0)
+        right_layout.addWidget(self.banner)
+        lower = QSplitter(Qt.Orientation.Vertical)
+        lower.addWidget(self.curves)
+        lower.addWidget(self.progress)
+        lower.addWidget(self.log)
+        lower.setStretchFactor(0, 3)
+        lower.setStretchFactor(2, 1)
+        right_layout.addWidget(lower)
+
+        self.splitter = QSplitter(Qt.Orientation.Horizontal)
+        self.splitter.addWidget(left)
+        self.splitter.addWidget(right)
+        self.splitter.setStretchFactor(1, 1)
+        self.setCentralWidget(self.splitter)
+        self.statusBar().showMessage("Looking for GPUs…")
+
+    def _connect(self) -> None:
+        self.telemetry.inventory_changed.connect(self._inventory_ready)
+        self.telemetry.snapshots.connect(self.gpu_panel.update_snapshots)
+        self.gpu_panel.selection_changed.connect(
+            lambda: self.run_setup.set_replicas(self.gpu_panel.replicas()))
+        self.run_setup.validity_changed.connect(lambda ok: self._update_actions())
+        self.run_setup.summary_ready.connect(self.log.set_summary)
+        self.controller.started.connect(self._run_started)
+        self.controller.event.connect(self._run_event)
+        self.controller.output.connect(self.log.append_output)
+        self.controller.finished.connect(self._run_finished)
+        self.controller.state_changed.connect(lambda state: self._update_actions())
+        self.exporter.finished.connect(self._export_finished)
+
+    # -- running -------------------------------------------------------------
+    def start_training(self) -> None:
+        if self.controller.is_running():
+            return
+        self.banner.clear()
+        config = self.run_setup.build_config(self.gpu_panel.device_selection())
+        try:
+            self.controller.start(config)
+        except UserError as error:  # bad input: said before anything started
+            self.banner.show_error(str(error))
+
+    def stop_training(self) -> None:
+        self.controller.stop()
+
+    def _run_started(self, run: PreparedRun) -> None:
+        self.curves.reset()
+        self.progress.reset()
+        self.log.append_message(f"Starting a run in {run.run_dir.path}")
+        self.gpu_panel.set_own_pids({self.controller.worker_pid} - {None})
+        self.last_run = run.run_dir
+        self.statusBar().showMessage(run.plan.note or ", ".join(run.plan.names))
+
+    def _run_event(self, event: Event) -> None:
+        self.curves.handle_event(event)
+        self.progress.handle_event(event)
+        self.log.append_event(event)
+        if isinstance(event, RunStarted):
+            self.statusBar().showMessage(
+                f"{event.num_replicas} {'GPU' if event.device_kind == 'gpu' else 'CPU'} "
+                f"replica(s) · global batch {event.global_batch} "
+                f"({event.batch_per_replica} per replica)")
+        if isinstance(event, RunFailed):
+            self.banner.show_error(event.message, event.traceback)
+
+    def _run_finished(self, outcome: RunOutcome) -> None:
+        self.gpu_panel.set_own_pids(set())
+        if outcome.status is RunStatus.FAILED and not any(
+                isinstance(e, RunFailed) for e in outcome.events):
+            self.banner.show_error(outcome.message)  # the worker died without a word
+        if self.last_run is not None and not self.last_run.path.exists():
+            self.last_run = None  # a run refused during setup leaves no folder
+        self._update_actions()
+        if self._quit_after_run:
+            self.close()
+
+    def _update_actions(self) -> None:
+        state = self.controller.state
+        idle = state is RunState.IDLE
+        self.train_action.setEnabled(idle and self.run_setup.is_valid())
+        self.stop_action.setEnabled(state is RunState.RUNNING)
+        self.export_action.setEnabled(idle and not self.exporter.is_running()
+                                      and self._export_source() is not None)
+        self.run_setup.set_enabled_for_run(idle)
+        self.gpu_panel.set_enabled_for_run(idle)
+
+    # -- export --------------------------------------------------------------
+    def _export_source(self) -> Path | None:
+        if self.last_run is None:
+            return None
+        for candidate in (self.last_run.export_path("keras"), self.last_run.last_checkpoint):
+            if candidate.exists():
+                return candidate
+        return None
+
+    def export_model(self) -> None:
+        source = self._export_source()
+        if source is None or self.exporter.is_running():
+            return
+        target = ask_export_target(self, self.last_run.path)
+        if target is not None:
+            self.export_to(*target)
+
+    def export_to(self, target: Path, fmt: str) -> None:
+        source = self._export_source()
+        assert source is not None
+        self.log.append_message(f"Exporting {source.name} as {fmt} to {target}…")
+        self.exporter.export(source, target, fmt)
+        self._update_actions()
+
+    def _export_finished(self, ok: bool, message: str) -> None:
+        self.log.append_message(message)
+        if not ok:
+            self.banner.show_error(f"Export failed: {message}")
+        self._update_actions()
+
+    # -- devices -------------------------------------------------------------
+    def _inventory_ready(self, inventory: GpuInventory) -> None:
+        self.gpu_panel.set_inventory(inventory)
+        self.run_setup.set_replicas(self.gpu_panel.replicas())
+        if inventory.state is NvmlState.OK:
+            self.statusBar().showMessage(f"{len(inventory.gpus)} GPU(s), driver "
+                                         f"{inventory.driver_version or 'N/A'}")
+        else:
+            self.statusBar().showMessage(inventory.message)
+
+    # -- settings and closing ------------------------------------------------
+    def _restore_settings(self) -> None:
+        settings = QSettings()
+        geometry = settings.value("window/geometry")
+        if isinstance(geometry, QByteArray):
+            self.restoreGeometry(geometry)
+        else:
+            self.resize(1280, 820)
+        state = settings.value("window/splitter")
+        if isinstance(state, QByteArray):
+            self.splitter.restoreState(state)
+        self.run_setup.restore_settings(settings)
+
+    def _save_settings(self) -> None:
+        settings = QSettings()
+        settings.setValue("window/geometry", self.saveGeometry())
+        settings.setValue("window/splitter", self.splitter.saveState())
+        self.run_setup.save_settings(settings)
+
+    def confirm_stop_on_close(self) -> bool:
+        answer = QMessageBox.question(
+            self, "Training in progress",
+            "A run is in progress. Stop it (at the next batch, keeping it resumable) and quit?",
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.No,
+            QMessageBox.StandardButton.No)
+        return answer == QMessageBox.StandardButton.Yes
+
+    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 (Qt's name)
+        if self.controller.is_running():
+            event.ignore()
+            if self._quit_after_run or self.confirm_stop_on_close():
+                self._quit_after_run = True
+                self.controller.stop()  # the window closes when the run has ended
+            return
+        self._save_settings()
+        self.telemetry.stop()
+        self.curves.shutdown()
+        self.run_setup.shutdown()
+        self.exporter.cancel()
+        event.accept()
+
+    def _about(self) -> None:
+        QMessageBox.about(self, "About mgpu-gui",
+                          f"<b>mgpu-gui {__version__}</b><p>Data-parallel Keras training on "
+                          f"this workstation's GPUs (tf.distribute.MirroredStrategy).</p>")

@@ -1,0 +1,551 @@
+"""Live training curves: one plot per metric family, learning rate and throughput.
+
+Events only append to numpy buffers and mark what changed; a ~10 Hz timer
+redraws the changed curves, so a burst of events costs one `setData` per curve.
+The timer runs from RunStarted to RunFinished/RunFailed (or `shutdown()`).
+
+Series names (see `CurvesPanel.series`):
+- ``"loss"``: train per batch (raw), ``"loss:smoothed"``: its EMA,
+  ``"loss:epoch"``: train per epoch, ``"val_loss"``: validation per epoch;
+  the same for every other metric family (``"accuracy"``, ``"auc"``, ...).
+- ``"learning_rate"`` and ``"samples_per_s"``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QSlider,
+    QVBoxLayout,
+    QWidget,
+)
+
+from mgpu_gui.core.events import BatchEnd, EpochEnd, Event, RunFailed, RunFinished, RunStarted
+from mgpu_gui.core.progress import format_rate
+
+REFRESH_MS = 100
+LR_NAMES = ("learning_rate", "lr")  # Keras may log the LR as a metric: not a metric family
+X_EPOCH, X_STEP, X_WALL, Y = range(4)
+TRAIN, VAL, BEST = "#1f77b4", "#e8710a", "#c2185b"
+
+
+class XAxis(StrEnum):
+    EPOCH = "epoch"
+    STEP = "step"
+    WALL = "time"
+
+
+X_LABELS = {XAxis.EPOCH: "epoch", XAxis.STEP: "step (batches)", XAxis.WALL: "time (min)"}
+
+
+class SeriesBuffer:
+    """Rows of (x by epoch, x by step, x by wall time, y) in a preallocated array that
+    grows by doubling, so appending is amortised O(1) and reading is a view."""
+
+    def __init__(self, capacity: int = 256) -> None:
+        self._data = np.empty((capacity, 4), dtype=np.float64)
+        self._n = 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    @property
+    def capacity(self) -> int:
+        return len(self._data)
+
+    def append(self, x_epoch: float, x_step: float, x_wall: float, y: float) -> None:
+        if self._n == len(self._data):
+            grown = np.empty((2 * len(self._data), 4), dtype=np.float64)
+            grown[: self._n] = self._data
+            self._data = grown  # views handed out earlier keep the old array alive
+        self._data[self._n] = (x_epoch, x_step, x_wall, y)
+        self._n += 1
+
+    def column(self, index: int) -> np.ndarray:
+        return self._data[: self._n, index]
+
+    def truncate(self, n: int) -> None:
+        self._n = max(0, min(n, self._n))
+
+
+def ema(values: np.ndarray, weight: float) -> tuple[np.ndarray, float, int]:
+    """TensorBoard's debiased exponential moving average; non-finite values stay NaN
+    and do not disturb the average. Also returns the running state (sum, count)."""
+    out = np.full(len(values), np.nan)
+    last, count = 0.0, 0
+    for i, value in enumerate(values.tolist()):
+        if math.isfinite(value):
+            last, count = last * weight + (1 - weight) * value, count + 1
+            out[i] = last / (1 - weight**count)
+    return out, last, count
+
+
+@dataclass
+class _FamilyPlot:
+    """The plot of one metric family and its curves, by series name."""
+
+    widget: pg.PlotWidget
+    curves: dict[str, pg.PlotDataItem] = field(default_factory=dict)
+    best_marker: pg.PlotDataItem | None = None
+    best_line: pg.InfiniteLine | None = None
+
+
+def family_of(name: str) -> str:
+    return name.removeprefix("val_")
+
+
+def _family_rank(family: str) -> int:
+    return 0 if family == "loss" else 1 if "accuracy" in family else 2
+
+
+def _title(family: str) -> str:
+    return family.upper() if len(family) <= 3 else family.replace("_", " ").capitalize()
+
+
+def _style_plot(widget: pg.PlotWidget, left: str) -> None:
+    widget.setBackground("w")
+    item = widget.getPlotItem()
+    for side in ("left", "bottom"):
+        axis = item.getAxis(side)
+        axis.setPen(pg.mkPen("#444"))
+        axis.setTextPen(pg.mkPen("#222"))
+    item.setLabel("left", left, color="#222")
+    item.showGrid(x=True, y=True, alpha=0.15)
+    item.getViewBox().setAutoVisible(y=True)  # y fits the visible x range when zoomed
+    widget.setMinimumSize(220, 150)
+
+
+def _batch_curve(pen) -> pg.PlotDataItem:
+    return pg.PlotDataItem(pen=pen)
+
+
+def _thin_when_dense(curve: pg.PlotDataItem) -> None:
+    """Per-batch curves: draw only the visible part, min/max-downsampled to the pixels.
+    Called after `PlotItem.addItem`, which applies the plot's (off) settings."""
+    curve.setClipToView(True)
+    curve.setDownsampling(auto=True, method="peak")
+
+
+class CurvesPanel(QWidget):
+    """Training curves of one run; feed it with `handle_event` or `load_events`."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setAccessibleName("Training curves")
+        self._timer = QTimer(self)
+        self._timer.setInterval(REFRESH_MS)
+        self._timer.timeout.connect(self._refresh)
+        self._shut_down = False
+        self._smoothing = 0.6
+        self._log_y = False
+        self._x_axis = XAxis.EPOCH
+        self._build_controls()
+        self._grid = QGridLayout()
+        self._grid.setSpacing(4)
+        self._build_fixed_plots()
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addLayout(self._controls)
+        layout.addLayout(self._grid, 1)
+        self._plots: dict[str, _FamilyPlot] = {}
+        self._families: list[str] = []
+        self.reset()
+
+    # -- public API ----------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Forget all data (a new run); the controls keep their settings."""
+        self._series: dict[str, SeriesBuffer] = {}
+        self._ema_state: dict[str, tuple[float, int]] = {}
+        self._dirty: set[str] = set()
+        self._steps = 0
+        self._t_origin: float | None = None
+        self._last_wall = 0.0
+        self._best_epoch: int | None = None
+        self._best_metric: str | None = None
+        self._best_dirty = True
+        for plot in self._plots.values():
+            self._grid.removeWidget(plot.widget)
+            plot.widget.deleteLater()
+        self._plots, self._families = {}, []
+        self._lr_plot.setXLink(None)
+        for curve in (self._lr_curve, self._rate_curve):
+            curve.setData([], [])
+        self._rate_plot.setTitle("samples/s", color="#222", size="10pt")
+
+    def handle_event(self, event: Event) -> None:
+        """One event from the run controller; data events start the redraw timer."""
+        if self._shut_down:
+            return
+        self._ingest(event)
+        if isinstance(event, RunStarted | BatchEnd | EpochEnd):
+            if not self._timer.isActive():
+                self._timer.start()
+        elif isinstance(event, RunFinished | RunFailed):
+            self.stop_updates()
+
+    def load_events(self, events: Iterable[Event]) -> None:
+        """Show a past run (its events.jsonl, parsed), drawn once; no timer runs."""
+        self.reset()
+        for event in events:
+            self._ingest(event)
+        self._refresh()
+
+    def start_updates(self) -> None:
+        if not self._shut_down:
+            self._timer.start()
+
+    def stop_updates(self) -> None:
+        """Draw what is pending and stop the timer."""
+        self._timer.stop()
+        self._refresh()
+
+    def shutdown(self) -> None:
+        """For the main window's close: stop for good; later events are ignored."""
+        self._shut_down = True
+        self._timer.stop()
+
+    def series(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        """(x, y) of a series in the current x-axis mode (time in minutes); empty if none."""
+        buffer = self._series.get(name)
+        if buffer is None:
+            return np.empty(0), np.empty(0)
+        column = {XAxis.EPOCH: X_EPOCH, XAxis.STEP: X_STEP, XAxis.WALL: X_WALL}[self._x_axis]
+        x = buffer.column(column)
+        return (x / 60.0 if self._x_axis is XAxis.WALL else x), buffer.column(Y)
+
+    def best_epoch(self) -> int | None:
+        """The best validation epoch, 0-based as in the events (drawn at x = epoch + 1)."""
+        return self._best_epoch
+
+    def families(self) -> list[str]:
+        return list(self._families)
+
+    def set_smoothing(self, weight: float) -> None:
+        self._smoothing_slider.setValue(round(weight * 100))
+
+    def set_log_y(self, on: bool) -> None:
+        self._log_check.setChecked(on)
+
+    def set_x_axis(self, mode: XAxis | str) -> None:
+        self._x_combo.setCurrentIndex(list(XAxis).index(XAxis(mode)))
+
+    # -- building ------------------------------------------------------------------
+
+    def _build_controls(self) -> None:
+        self._controls = row = QHBoxLayout()
+        row.addWidget(QLabel("Smoothing"))
+        self._smoothing_slider = slider = QSlider(Qt.Orientation.Horizontal)
+        slider.setRange(0, 99)
+        slider.setValue(round(self._smoothing * 100))
+        slider.setMaximumWidth(160)
+        slider.setAccessibleName("Smoothing")
+        slider.setToolTip("Exponential moving average of the per-batch train curve; "
+                          "the raw curve stays visible, faint")
+        slider.valueChanged.connect(self._on_smoothing)
+        row.addWidget(slider)
+        self._smoothing_label = QLabel(f"{self._smoothing:.2f}")
+        self._smoothing_label.setMinimumWidth(32)
+        row.addWidget(self._smoothing_label)
+        row.addSpacing(12)
+        self._log_check = QCheckBox("Log scale")
+        self._log_check.setToolTip("Logarithmic y axis on the metric plots; values <= 0 "
+                                   "are left out")
+        self._log_check.toggled.connect(self._on_log_y)
+        row.addWidget(self._log_check)
+        row.addSpacing(12)
+        row.addWidget(QLabel("X axis"))
+        self._x_combo = QComboBox()
+        self._x_combo.addItems(["Epoch", "Step", "Wall time"])
+        self._x_combo.setAccessibleName("X axis")
+        self._x_combo.currentIndexChanged.connect(self._on_x_axis)
+        row.addWidget(self._x_combo)
+        row.addStretch(1)
+
+    def _build_fixed_plots(self) -> None:
+        self._lr_plot = pg.PlotWidget()
+        _style_plot(self._lr_plot, "learning rate")
+        self._lr_plot.setTitle("Learning rate", color="#222", size="10pt")
+        self._lr_curve = self._lr_plot.plot(pen=pg.mkPen("#2e7d32", width=2))
+        self._rate_plot = pg.PlotWidget()
+        _style_plot(self._rate_plot, "samples/s")
+        self._rate_plot.setLabel("bottom", X_LABELS[XAxis.WALL], color="#222")
+        self._rate_curve = _batch_curve(pg.mkPen("#6a1b9a", width=1.5))
+        self._rate_plot.addItem(self._rate_curve)
+        _thin_when_dense(self._rate_curve)
+        self._lr_plot.setLabel("bottom", X_LABELS[self._x_axis], color="#222")
+        for widget, name in ((self._lr_plot, "Learning rate plot"),
+                             (self._rate_plot, "Throughput plot")):
+            widget.setAccessibleName(name)
+            widget.setMaximumHeight(220)
+
+    def _add_family(self, family: str) -> None:
+        widget = pg.PlotWidget()
+        widget.setAccessibleName(f"{_title(family)} plot")
+        _style_plot(widget, family)
+        widget.setTitle(_title(family), color="#222", size="11pt")
+        widget.setLabel("bottom", X_LABELS[self._x_axis], color="#222")
+        item = widget.getPlotItem()
+        item.setLogMode(y=self._log_y)
+        if family == "loss":
+            item.addLegend(offset=(-10, 10), labelTextColor="#222", brush=(255, 255, 255, 200))
+        plot = _FamilyPlot(widget)
+        train = pg.QtGui.QColor(TRAIN)
+        faint = pg.QtGui.QColor(train)
+        faint.setAlpha(70)
+        specs = [
+            (family, _batch_curve(pg.mkPen(faint, width=1)), "train (batch)"),
+            (f"{family}:smoothed", _batch_curve(pg.mkPen(train, width=2)), "train (smoothed)"),
+            (f"{family}:epoch", pg.PlotDataItem(
+                pen=pg.mkPen(train, width=1, style=Qt.PenStyle.DashLine), symbol="o",
+                symbolSize=6, symbolBrush=train, symbolPen=None), "train (epoch)"),
+            (f"val_{family}", pg.PlotDataItem(
+                pen=pg.mkPen(VAL, width=2.5), symbol="o", symbolSize=7, symbolBrush=VAL,
+                symbolPen=None), "validation"),
+        ]
+        for name, curve, label in specs:
+            curve.opts["name"] = label  # what the legend shows
+            item.addItem(curve)
+            if not name.startswith("val_") and not name.endswith(":epoch"):
+                _thin_when_dense(curve)
+            plot.curves[name] = curve
+            self._dirty.add(name)
+        # The best epoch is its own one-point item, so no downsampling can thin it away.
+        plot.best_line = pg.InfiniteLine(
+            angle=90, pen=pg.mkPen(BEST, width=1, style=Qt.PenStyle.DashLine), label="",
+            labelOpts={"position": 0.9, "color": BEST, "fill": (255, 255, 255, 210),
+                       "anchors": [(-0.05, 0.5), (-0.05, 0.5)]})
+        plot.best_marker = pg.PlotDataItem(pen=None, symbol="star", symbolSize=18,
+                                           symbolBrush=BEST, symbolPen=pg.mkPen("w", width=1))
+        for best_item in (plot.best_line, plot.best_marker):
+            best_item.setZValue(10)
+            best_item.setVisible(False)
+            item.addItem(best_item, ignoreBounds=best_item is plot.best_line)
+        if self._plots:
+            widget.setXLink(next(iter(self._plots.values())).widget)
+        else:
+            self._lr_plot.setXLink(widget)
+        self._plots[family] = plot
+        self._families.append(family)  # sorted is stable: first seen first within a rank
+        self._families.sort(key=_family_rank)
+        self._relayout()
+        self._best_dirty = True
+
+    def _relayout(self) -> None:
+        columns = max(2, min(3, len(self._families)))
+        for index, family in enumerate(self._families):
+            self._grid.addWidget(self._plots[family].widget, index // columns, index % columns)
+        last = (len(self._families) - 1) // columns + 1 if self._families else 0
+        half = columns // 2
+        self._grid.addWidget(self._lr_plot, last, 0, 1, half)
+        self._grid.addWidget(self._rate_plot, last, half, 1, columns - half)
+        for row in range(last + 1):
+            self._grid.setRowStretch(row, 3 if row < last else 2)
+
+    # -- data --------------------------------------------------------------------
+
+    def _append(self, name: str, x_epoch: float, x_step: float, x_wall: float,
+                y: float) -> None:
+        buffer = self._series.get(name)
+        if buffer is None:
+            buffer = self._series[name] = SeriesBuffer()
+        buffer.append(x_epoch, x_step, x_wall, y)
+        self._dirty.add(name)
+
+    def _ensure_family(self, family: str) -> None:
+        if family not in self._plots:
+            self._add_family(family)
+
+    def _wall(self, t: float) -> float:
+        if self._t_origin is None:
+            self._t_origin = t
+        self._last_wall = max(self._last_wall, t - self._t_origin)
+        return t - self._t_origin
+
+    def _ingest(self, event: Event) -> None:
+        if isinstance(event, RunStarted):
+            self._on_run_started(event)
+        elif isinstance(event, BatchEnd):
+            self._steps = event.steps or self._steps
+            steps = max(self._steps, 1)
+            xs = (event.epoch + (event.batch + 1) / steps, event.epoch * steps + event.batch + 1,
+                  self._wall(event.t))
+            lr = event.learning_rate
+            for name, value in event.metrics.items():
+                if name in LR_NAMES:
+                    lr = value if lr is None else lr
+                    continue
+                self._ensure_family(family_of(name))
+                self._append(name, *xs, value)
+                self._append_smoothed(name, xs, value)
+            if lr is not None:
+                self._append("learning_rate", *xs, lr)
+            self._append("samples_per_s", *xs, event.samples_per_s)
+        elif isinstance(event, EpochEnd):
+            steps = max(self._steps, 1)
+            xs = (event.epoch + 1.0, (event.epoch + 1.0) * steps, self._wall(event.t))
+            lr = event.learning_rate
+            for name, value in event.metrics.items():
+                if name in LR_NAMES:
+                    lr = value if lr is None else lr
+                    continue
+                self._ensure_family(family_of(name))
+                key = name if name.startswith("val_") else f"{name}:epoch"
+                self._append(key, *xs, value)
+            if lr is not None:
+                self._append("learning_rate", *xs, lr)
+            if event.best:
+                self._best_epoch, self._best_dirty = event.epoch, True
+        elif isinstance(event, RunFinished) and event.best_epoch is not None:
+            self._best_epoch, self._best_metric = event.best_epoch, event.best_metric
+            self._best_dirty = True
+
+    def _on_run_started(self, event: RunStarted) -> None:
+        has_data = any(len(b) for b in self._series.values())
+        if has_data and event.initial_epoch == 0:
+            self.reset()  # a new run, not a resume: start clean
+            has_data = False
+        self._steps = event.steps_per_epoch or self._steps
+        if not has_data:
+            self._t_origin = event.t
+            return
+        # A resume continues the curves: drop what the stopped session did of the epoch
+        # it did not finish, and let wall time go on from where it stopped.
+        for name, buffer in self._series.items():
+            keep = int(np.searchsorted(buffer.column(X_EPOCH), event.initial_epoch + 1e-9))
+            if keep < len(buffer):
+                buffer.truncate(keep)
+                self._dirty.add(name)
+                if name.endswith(":smoothed"):
+                    self._recompute_smoothing(name.removesuffix(":smoothed"))
+        if self._best_epoch is not None and self._best_epoch >= event.initial_epoch:
+            self._best_epoch = None
+        self._best_dirty = True
+        self._t_origin = event.t - self._last_wall
+
+    def _append_smoothed(self, name: str, xs: tuple[float, float, float], value: float) -> None:
+        last, count = self._ema_state.get(name, (0.0, 0))
+        weight = self._smoothing
+        smoothed = math.nan
+        if math.isfinite(value):
+            last, count = last * weight + (1 - weight) * value, count + 1
+            smoothed = last / (1 - weight**count)
+        self._ema_state[name] = (last, count)
+        self._append(f"{name}:smoothed", *xs, smoothed)
+
+    def _recompute_smoothing(self, name: str) -> None:
+        raw, smooth = self._series.get(name), self._series.get(f"{name}:smoothed")
+        if raw is None or smooth is None:
+            return
+        values = raw.column(Y)
+        smooth.truncate(len(values))
+        smooth.column(Y)[:], last, count = ema(values, self._smoothing)
+        self._ema_state[name] = (last, count)
+        self._dirty.add(f"{name}:smoothed")
+
+    # -- drawing -------------------------------------------------------------------
+
+    def _refresh(self) -> None:
+        """Redraw the curves whose data or display changed since the last redraw."""
+        dirty, self._dirty = self._dirty, set()
+        for plot in self._plots.values():
+            for name, curve in plot.curves.items():
+                if name in dirty:
+                    self._set_curve(curve, *self.series(name), log=self._log_y)
+        if "learning_rate" in dirty:
+            self._set_curve(self._lr_curve, *self.series("learning_rate"), log=False)
+        if "samples_per_s" in dirty:
+            buffer = self._series["samples_per_s"]
+            self._set_curve(self._rate_curve, buffer.column(X_WALL) / 60.0, buffer.column(Y),
+                            log=False)
+            rate = format_rate(float(buffer.column(Y)[-1])) if len(buffer) else ""
+            self._rate_plot.setTitle(f"Throughput  {rate}", color="#222", size="10pt")
+        if self._best_dirty:
+            self._best_dirty = False
+            self._draw_best()
+
+    @staticmethod
+    def _set_curve(curve: pg.PlotDataItem, x: np.ndarray, y: np.ndarray, *, log: bool) -> None:
+        # Non-finite values (and non-positive ones on a log axis) are left out: a NaN
+        # would blank a whole bucket of the peak downsampling.
+        keep = np.isfinite(y) & np.isfinite(x)
+        if log:
+            keep &= y > 0
+        if not keep.all():
+            x, y = x[keep], y[keep]
+        curve.setData(x, y)
+
+    def _draw_best(self) -> None:
+        epoch = self._best_epoch
+        monitored = family_of(self._best_metric or "val_loss")
+        for family, plot in self._plots.items():
+            point = None if epoch is None else self._epoch_point(family, epoch)
+            if point is None or (self._log_y and point[1] <= 0):
+                plot.best_marker.setVisible(False)
+                plot.best_line.setVisible(point is not None)
+                if point is not None:
+                    plot.best_line.setValue(point[0])
+                continue
+            x, y, name = point
+            plot.best_marker.setData([x], [y])
+            plot.best_line.setValue(x)
+            text = f"best: epoch {epoch + 1}"
+            if family == monitored:
+                text += f"  {name} {y:.4g}"
+            plot.best_line.label.setFormat(text)
+            plot.best_marker.setVisible(True)
+            plot.best_line.setVisible(True)
+
+    def _epoch_point(self, family: str, epoch: int) -> tuple[float, float, str] | None:
+        """Where epoch `epoch` ended on the validation curve (else the train epoch curve)."""
+        for name in (f"val_{family}", f"{family}:epoch"):
+            buffer = self._series.get(name)
+            if buffer is None or not len(buffer):
+                continue
+            hits = np.flatnonzero(buffer.column(X_EPOCH) == epoch + 1.0)
+            if len(hits):
+                x, y = self.series(name)
+                return float(x[hits[-1]]), float(y[hits[-1]]), name.removesuffix(":epoch")
+        return None
+
+    # -- controls ------------------------------------------------------------------
+
+    def _on_smoothing(self, value: int) -> None:
+        self._smoothing = value / 100
+        self._smoothing_label.setText(f"{self._smoothing:.2f}")
+        for name in list(self._series):
+            if name.endswith(":smoothed"):
+                self._recompute_smoothing(name.removesuffix(":smoothed"))
+        self._refresh()
+
+    def _on_log_y(self, on: bool) -> None:
+        self._log_y = on
+        for plot in self._plots.values():
+            plot.widget.getPlotItem().setLogMode(y=on)
+        self._redraw_all()
+
+    def _on_x_axis(self, index: int) -> None:
+        self._x_axis = list(XAxis)[index]
+        for plot in [*self._plots.values()]:
+            plot.widget.setLabel("bottom", X_LABELS[self._x_axis], color="#222")
+        self._lr_plot.setLabel("bottom", X_LABELS[self._x_axis], color="#222")
+        self._redraw_all()
+        for widget in [p.widget for p in self._plots.values()] + [self._lr_plot]:
+            widget.getPlotItem().enableAutoRange()
+
+    def _redraw_all(self) -> None:
+        self._dirty.update(self._series)
+        self._best_dirty = True
+        self._refresh()

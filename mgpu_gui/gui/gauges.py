@@ -1,0 +1,143 @@
+"""Small QPainter-drawn gauges for the GPU panel: a labelled bar and a sparkline.
+
+Drawn by hand rather than with QProgressBar/pyqtgraph: they look the same
+under every Qt style, cost one paint of a few rectangles or ~150 points, and
+repaint only when their value changes.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from PySide6.QtCore import QPointF, QRectF, QSize, Qt
+from PySide6.QtGui import QColor, QPainter, QPainterPath, QPalette, QPen
+from PySide6.QtWidgets import QSizePolicy, QWidget
+
+UTILIZATION_COLOR = QColor("#2f81f7")
+MEMORY_COLOR = QColor("#8957e5")
+WARN_COLOR = QColor("#d29922")
+FULL_COLOR = QColor("#cf222e")
+
+
+class Meter(QWidget):
+    """A horizontal bar with its value written on it ("97%", "61.0/80.0 GiB").
+
+    `fraction=None` draws an empty bar with the text (e.g. "N/A"). The text is
+    also the accessible description, so screen readers read the value.
+    """
+
+    def __init__(self, color: QColor = UTILIZATION_COLOR, parent: QWidget | None = None):
+        super().__init__(parent)
+        self._fraction: float | None = None
+        self._text = ""
+        self._color = QColor(color)
+        self._base_color = QColor(color)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.setMinimumWidth(90)
+
+    def sizeHint(self) -> QSize:
+        return QSize(140, self.fontMetrics().height() + 4)
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(90, self.fontMetrics().height() + 4)
+
+    @property
+    def text(self) -> str:
+        return self._text
+
+    @property
+    def fraction(self) -> float | None:
+        return self._fraction
+
+    def set_value(self, fraction: float | None, text: str,
+                  color: QColor | None = None) -> None:
+        if fraction is not None:
+            fraction = min(max(fraction, 0.0), 1.0)
+        color = self._base_color if color is None else color
+        if (fraction, text, color) == (self._fraction, self._text, self._color):
+            return
+        self._fraction, self._color = fraction, QColor(color)
+        if text != self._text:
+            self._text = text
+            self.setAccessibleDescription(text)
+        self.update()
+
+    def paintEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        painter = QPainter(self)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        rect = QRectF(self.rect()).adjusted(0.5, 0.5, -0.5, -0.5)
+        palette = self.palette()
+        track = palette.color(QPalette.ColorRole.Base)
+        painter.setPen(QPen(palette.color(QPalette.ColorRole.Mid), 1))
+        painter.setBrush(track)
+        painter.drawRoundedRect(rect, 3, 3)
+        if self._fraction:
+            fill = QRectF(rect.left(), rect.top(), rect.width() * self._fraction, rect.height())
+            painter.setPen(Qt.PenStyle.NoPen)
+            color = QColor(self._color)
+            color.setAlpha(200 if self.isEnabled() else 90)
+            painter.setBrush(color)
+            painter.drawRoundedRect(fill, 3, 3)
+        painter.setPen(palette.color(QPalette.ColorRole.Text))
+        painter.drawText(rect.adjusted(4, 0, -4, 0), Qt.AlignmentFlag.AlignCenter, self._text)
+
+
+class Sparkline(QWidget):
+    """The last `window_s` seconds of two series: utilization % (0..100, solid)
+    and memory fraction (0..1, dashed). NaN values leave a gap."""
+
+    def __init__(self, window_s: float = 120.0, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.window_s = window_s
+        empty = np.empty(0)
+        self._t, self._util, self._mem = empty, empty, empty
+        self.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Expanding)
+
+    def sizeHint(self) -> QSize:
+        return QSize(96, 30)
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(60, 24)
+
+    def set_series(self, times: np.ndarray, utilization: np.ndarray,
+                   memory_fraction: np.ndarray) -> None:
+        self._t, self._util, self._mem = times, utilization, memory_fraction
+        self.update()
+
+    def point_count(self) -> int:
+        return int(self._t.size)
+
+    def paintEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        painter = QPainter(self)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        rect = QRectF(self.rect()).adjusted(0.5, 0.5, -0.5, -0.5)
+        palette = self.palette()
+        painter.setPen(QPen(palette.color(QPalette.ColorRole.Mid), 1))
+        painter.setBrush(palette.color(QPalette.ColorRole.Base))
+        painter.drawRect(rect)
+        if self._t.size == 0:
+            return
+        inner = rect.adjusted(1.5, 2, -1.5, -2)
+        newest = float(self._t[-1])
+        xs = inner.right() - (newest - self._t) / self.window_s * inner.width()
+        self._draw(painter, inner, xs, self._mem, QPen(MEMORY_COLOR, 1.2, Qt.PenStyle.DashLine))
+        self._draw(painter, inner, xs, self._util / 100.0, QPen(UTILIZATION_COLOR, 1.6))
+
+    @staticmethod
+    def _draw(painter: QPainter, inner: QRectF, xs: np.ndarray, values: np.ndarray,
+              pen: QPen) -> None:
+        path = QPainterPath()
+        pen_down = False
+        ys = inner.bottom() - np.clip(values, 0.0, 1.0) * inner.height()
+        for x, y in zip(xs.tolist(), ys.tolist(), strict=True):
+            if math.isnan(y):
+                pen_down = False
+            elif pen_down:
+                path.lineTo(QPointF(x, y))
+            else:
+                path.moveTo(QPointF(x, y))
+                pen_down = True
+        painter.setPen(pen)
+        painter.setBrush(Qt.BrushStyle.NoBrush)
+        painter.drawPath(path)

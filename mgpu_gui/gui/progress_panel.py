@@ -1,0 +1,159 @@
+"""Epoch and total progress with ETAs, and what the multi-GPU choice means for the run.
+
+Fractions and ETAs come from `core.progress.Progress`, the same as the CLI's line.
+ETAs are computed at each event's own time, so they need no timer and a loaded
+run shows what it showed live.
+"""
+
+from __future__ import annotations
+
+import re
+
+from PySide6.QtWidgets import QGridLayout, QLabel, QProgressBar, QWidget
+
+from mgpu_gui.core.events import (
+    BatchEnd,
+    EpochEnd,
+    Event,
+    RunFailed,
+    RunFinished,
+    RunStarted,
+    RunStatus,
+)
+from mgpu_gui.core.progress import Progress, format_duration, format_rate
+
+BAR_MAX = 1000
+_GPU_NAME = re.compile(r"^GPU \d+(?: MIG \d+)?")
+_GPU_DEVICE = re.compile(r"GPU:(\d+)$")
+
+
+def device_text(event: RunStarted) -> str:
+    """'GPUs 0,1', 'GPU 3', 'GPU 0 MIG 1' or '2 CPU replicas', as a person names them."""
+    if event.device_kind != "gpu":
+        n = event.num_replicas
+        return f"{n} CPU replica{'s' if n != 1 else ''}"
+    labels = []
+    for i, device in enumerate(event.devices):
+        name = event.device_names[i] if i < len(event.device_names) else ""
+        match = _GPU_NAME.match(name)  # the nvidia-smi index, not TensorFlow's
+        if match:
+            labels.append(match.group(0).removeprefix("GPU "))
+        elif found := _GPU_DEVICE.search(device):
+            labels.append(found.group(1))
+    if not labels:
+        return f"{event.num_replicas} GPU{'s' if event.num_replicas != 1 else ''}"
+    return ("GPU " if len(labels) == 1 else "GPUs ") + ",".join(labels)
+
+
+def status_text(event: RunStarted, samples_per_s: float | None) -> str:
+    parts = [device_text(event)]
+    if event.device_kind == "gpu":
+        parts.append(f"{event.num_replicas} replica{'s' if event.num_replicas != 1 else ''}")
+    parts.append(f"global batch {event.global_batch} "
+                 f"({event.batch_per_replica} × {event.num_replicas})")
+    if samples_per_s:
+        parts.append(format_rate(samples_per_s))
+    dropped = event.dropped_per_epoch
+    parts.append(f"{dropped} sample{'s' if dropped != 1 else ''} dropped per epoch"
+                 if dropped else "no samples dropped")
+    return " · ".join(parts)
+
+
+class ProgressPanel(QWidget):
+    """Two bars with ETAs and a status line; fed by `handle_event`."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setAccessibleName("Training progress")
+        layout = QGridLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        self.epoch_label = QLabel()
+        self.total_label = QLabel("Total")
+        self.epoch_bar = self._bar("Epoch progress")
+        self.total_bar = self._bar("Total progress")
+        self.epoch_eta_label = QLabel()
+        self.total_eta_label = QLabel()
+        for label in (self.epoch_eta_label, self.total_eta_label):
+            label.setMinimumWidth(120)
+        self.status_label = QLabel()
+        self.status_label.setAccessibleName("Run status")
+        self.status_label.setWordWrap(True)
+        layout.addWidget(self.epoch_label, 0, 0)
+        layout.addWidget(self.epoch_bar, 0, 1)
+        layout.addWidget(self.epoch_eta_label, 0, 2)
+        layout.addWidget(self.total_label, 1, 0)
+        layout.addWidget(self.total_bar, 1, 1)
+        layout.addWidget(self.total_eta_label, 1, 2)
+        layout.addWidget(self.status_label, 2, 0, 1, 3)
+        layout.setColumnStretch(1, 1)
+        self.reset()
+
+    @staticmethod
+    def _bar(name: str) -> QProgressBar:
+        bar = QProgressBar()
+        bar.setRange(0, BAR_MAX)
+        bar.setAccessibleName(name)
+        bar.setTextVisible(True)
+        return bar
+
+    def reset(self) -> None:
+        self.progress = Progress()
+        self._started: RunStarted | None = None
+        self._finished = False
+        self.epoch_label.setText("Epoch –")
+        for bar in (self.epoch_bar, self.total_bar):
+            self._set_bar(bar, 0.0)
+        self.epoch_eta_label.setText("")
+        self.total_eta_label.setText("")
+        self.status_label.setText("No run")
+
+    def handle_event(self, event: Event) -> None:
+        if isinstance(event, RunStarted):
+            if event.initial_epoch == 0 or self._started is None:
+                self.reset()
+            self._started, self._finished = event, False
+        if isinstance(event, RunStarted | BatchEnd | EpochEnd):
+            self.progress.update(event)
+            self._show(now=event.t)
+        elif isinstance(event, RunFinished):
+            self._on_finished(event)
+        elif isinstance(event, RunFailed):
+            self._finished = True
+            self.epoch_eta_label.setText("failed")
+            self.total_eta_label.setText("failed")
+
+    def _show(self, now: float) -> None:
+        p = self.progress
+        epoch = min(p.epoch + 1, p.epochs) if p.epochs else 0
+        self.epoch_label.setText(f"Epoch {epoch}/{p.epochs}")
+        self._set_bar(self.epoch_bar, p.epoch_fraction,
+                      f"{p.step}/{p.steps} steps" if p.steps else "")
+        self._set_bar(self.total_bar, p.total_fraction)
+        self.epoch_eta_label.setText(f"ETA {format_duration(p.epoch_eta(now))}")
+        self.total_eta_label.setText(f"ETA {format_duration(p.total_eta(now))}")
+        if self._started is not None:
+            self.status_label.setText(status_text(self._started, p.samples_per_s))
+
+    def _on_finished(self, event: RunFinished) -> None:
+        self._finished = True
+        p = self.progress
+        if event.status in (RunStatus.COMPLETED, RunStatus.EARLY_STOPPED):
+            self._set_bar(self.epoch_bar, 1.0, f"{p.steps}/{p.steps} steps" if p.steps else "")
+            self._set_bar(self.total_bar, 1.0)
+            self.epoch_label.setText(f"Epoch {event.epochs_done}/{p.epochs}")
+            done = ("done" if event.status is RunStatus.COMPLETED
+                    else f"stopped early after epoch {event.epochs_done}")
+            self.epoch_eta_label.setText("done")
+            self.total_eta_label.setText(done)
+        else:
+            self.epoch_eta_label.setText(event.status.value)
+            self.total_eta_label.setText(event.status.value)
+
+    @staticmethod
+    def _set_bar(bar: QProgressBar, fraction: float, detail: str = "") -> None:
+        fraction = min(max(fraction, 0.0), 1.0)
+        bar.setValue(round(fraction * BAR_MAX))
+        percent = f"{fraction * 100:.0f}%"
+        text = f"{percent}  ·  {detail}" if detail else percent
+        bar.setFormat(text)
+        bar.setAccessibleDescription(text)

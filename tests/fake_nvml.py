@@ -1,0 +1,143 @@
+"""A fake pynvml for telemetry and GPU-panel tests: GPUs whose readings tests change.
+
+Behaviour is set per GPU and per call: `gpu.errors["nvmlDeviceGetFanSpeed"] =
+"NVMLError_NotSupported"` makes that call fail on that GPU, `gpu.lost = True`
+makes every call on it (its handle included) raise GpuIsLost, and
+`module.before_call` (a callable taking the function name) runs before every
+device call, e.g. to block a poll or count calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+GiB = 2**30
+UUID0 = "GPU-11111111-1111-1111-1111-111111111111"
+UUID1 = "GPU-22222222-2222-2222-2222-222222222222"
+H100 = "NVIDIA H100 80GB HBM3"
+
+ERRORS = {  # pynvml's names and codes
+    "NVMLError_NotSupported": 3, "NVMLError_NoPermission": 4, "NVMLError_NotFound": 6,
+    "NVMLError_DriverNotLoaded": 9, "NVMLError_LibraryNotFound": 12,
+    "NVMLError_FunctionNotFound": 13, "NVMLError_GpuIsLost": 15,
+    "NVMLError_LibRmVersionMismatch": 25, "NVMLError_Unknown": 999,
+}
+
+
+@dataclass
+class FakeGpu:
+    name: str = H100
+    uuid: str = UUID0
+    bus: bytes = b"00000000:17:00.0"
+    memory_total: int = 80 * GiB
+    memory_used: int = 1 * GiB
+    utilization: int = 0  # %
+    memory_busy: int = 0  # %
+    temperature: int = 35
+    power_mw: int = 70_000
+    power_limit_mw: int = 700_000
+    fan: int = 30
+    pstate: int = 0
+    processes: list[tuple[int, int | None]] = field(default_factory=list)  # (pid, bytes)
+    errors: dict[str, str] = field(default_factory=dict)  # function -> NVMLError_* name
+    lost: bool = False
+
+
+def two_gpus() -> list[FakeGpu]:
+    """GPU 0 training hard (pid 4242), GPU 1 nearly idle with a foreign pid 5151."""
+    return [
+        FakeGpu(uuid=UUID0, memory_used=61 * GiB, utilization=97, memory_busy=41,
+                temperature=71, power_mw=312_000, fan=55, processes=[(4242, 60 * GiB)]),
+        FakeGpu(uuid=UUID1, bus=b"00000000:65:00.0", memory_used=12 * GiB, utilization=3,
+                memory_busy=1, temperature=38, power_mw=88_000, pstate=2,
+                processes=[(5151, 11 * GiB)]),
+    ]
+
+
+def fake_nvml(gpus: list[FakeGpu] | None = None, init_error: str | None = None) -> ModuleType:
+    m = ModuleType("fake_pynvml")
+    m.gpus = two_gpus() if gpus is None else gpus
+    m.inits = 0
+    m.shutdowns = 0
+    m.before_call: Callable[[str], Any] | None = None
+    m.NVML_DEVICE_MIG_ENABLE = 1
+    m.NVML_TEMPERATURE_GPU = 0
+
+    class NVMLError(Exception):
+        value = 999
+
+        def __str__(self) -> str:
+            return type(self).__name__.removeprefix("NVMLError_")
+
+    m.NVMLError = NVMLError
+    for name, code in ERRORS.items():
+        setattr(m, name, type(name, (NVMLError,), {"value": code}))
+    m.NVMLLibraryMismatchError = type("NVMLLibraryMismatchError", (Exception,), {})
+
+    def fail(name: str) -> None:
+        raise getattr(m, name)()
+
+    def init() -> None:
+        m.inits += 1
+        if init_error:
+            fail(init_error)
+
+    def shutdown() -> None:
+        m.shutdowns += 1
+
+    def gpu_of(function: str, handle: tuple) -> FakeGpu:
+        if m.before_call is not None:
+            m.before_call(function)
+        gpu = m.gpus[handle[1]]
+        if gpu.lost:
+            fail("NVMLError_GpuIsLost")
+        if function in gpu.errors:
+            fail(gpu.errors[function])
+        return gpu
+
+    def device(function: str, read: Callable[[FakeGpu], Any]) -> None:
+        def call(handle: tuple, *args: Any) -> Any:
+            return read(gpu_of(function, handle))
+        call.__name__ = function
+        setattr(m, function, call)
+
+    def handle_by_index(index: int) -> tuple:
+        if index >= len(m.gpus):
+            fail("NVMLError_NotFound")
+        handle = ("gpu", index)
+        gpu_of("nvmlDeviceGetHandleByIndex", handle)
+        return handle
+
+    def processes(gpu: FakeGpu) -> list[SimpleNamespace]:
+        return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in gpu.processes]
+
+    def mig_mode(gpu: FakeGpu) -> Any:
+        fail("NVMLError_NotSupported")
+
+    m.nvmlInit = init
+    m.nvmlShutdown = shutdown
+    m.nvmlSystemGetDriverVersion = lambda: "550.54.15"
+    m.nvmlSystemGetCudaDriverVersion = lambda: 12040
+    m.nvmlDeviceGetCount = lambda: len(m.gpus)
+    m.nvmlDeviceGetHandleByIndex = handle_by_index
+    device("nvmlDeviceGetName", lambda g: g.name)
+    device("nvmlDeviceGetUUID", lambda g: g.uuid)
+    device("nvmlDeviceGetPciInfo", lambda g: SimpleNamespace(busId=g.bus))
+    device("nvmlDeviceGetCudaComputeCapability", lambda g: (9, 0))
+    device("nvmlDeviceGetMigMode", mig_mode)
+    device("nvmlDeviceGetMemoryInfo", lambda g: SimpleNamespace(
+        total=g.memory_total, used=g.memory_used, free=g.memory_total - g.memory_used))
+    device("nvmlDeviceGetUtilizationRates",
+           lambda g: SimpleNamespace(gpu=g.utilization, memory=g.memory_busy))
+    device("nvmlDeviceGetTemperature", lambda g: g.temperature)
+    device("nvmlDeviceGetPowerUsage", lambda g: g.power_mw)
+    device("nvmlDeviceGetEnforcedPowerLimit", lambda g: g.power_limit_mw)
+    device("nvmlDeviceGetPowerManagementLimit", lambda g: g.power_limit_mw)
+    device("nvmlDeviceGetFanSpeed", lambda g: g.fan)
+    device("nvmlDeviceGetPerformanceState", lambda g: g.pstate)
+    for suffix in ("", "_v3", "_v2"):
+        device("nvmlDeviceGetComputeRunningProcesses" + suffix, processes)
+    return m
