@@ -72,15 +72,22 @@ class Meter(QWidget):
         painter.setPen(QPen(palette.color(QPalette.ColorRole.Mid), 1))
         painter.setBrush(track)
         painter.drawRoundedRect(rect, 3, 3)
+        text_rect = rect.adjusted(4, 0, -4, 0)
+        align = Qt.AlignmentFlag.AlignCenter
+        painter.setPen(palette.color(QPalette.ColorRole.Text))
+        painter.drawText(text_rect, align, self._text)
         if self._fraction:
             fill = QRectF(rect.left(), rect.top(), rect.width() * self._fraction, rect.height())
             painter.setPen(Qt.PenStyle.NoPen)
             color = QColor(self._color)
-            color.setAlpha(200 if self.isEnabled() else 90)
+            if not self.isEnabled():
+                color.setAlpha(120)
             painter.setBrush(color)
             painter.drawRoundedRect(fill, 3, 3)
-        painter.setPen(palette.color(QPalette.ColorRole.Text))
-        painter.drawText(rect.adjusted(4, 0, -4, 0), Qt.AlignmentFlag.AlignCenter, self._text)
+            # Over the fill the text turns white, so it stays readable on any value.
+            painter.setClipRect(fill)
+            painter.setPen(QColor("white"))
+            painter.drawText(text_rect, align, self._text)
 
 
 class Sparkline(QWidget):
@@ -90,12 +97,13 @@ class Sparkline(QWidget):
     def __init__(self, window_s: float = 120.0, parent: QWidget | None = None):
         super().__init__(parent)
         self.window_s = window_s
+        self.caption = f"{window_s / 60:g} min" if window_s >= 60 else f"{window_s:g} s"
         empty = np.empty(0)
         self._t, self._util, self._mem = empty, empty, empty
         self.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Expanding)
 
     def sizeHint(self) -> QSize:
-        return QSize(96, 30)
+        return QSize(96, 44)
 
     def minimumSizeHint(self) -> QSize:
         return QSize(60, 24)
@@ -116,6 +124,12 @@ class Sparkline(QWidget):
         painter.setPen(QPen(palette.color(QPalette.ColorRole.Mid), 1))
         painter.setBrush(palette.color(QPalette.ColorRole.Base))
         painter.drawRect(rect)
+        painter.setPen(palette.color(QPalette.ColorRole.PlaceholderText))
+        font = painter.font()
+        font.setPointSizeF(max(font.pointSizeF() * 0.75, 6.0))
+        painter.setFont(font)
+        painter.drawText(rect.adjusted(3, 1, -3, -1),
+                         Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop, self.caption)
         if self._t.size == 0:
             return
         inner = rect.adjusted(1.5, 2, -1.5, -2)

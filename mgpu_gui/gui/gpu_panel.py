@@ -35,6 +35,7 @@ from mgpu_gui.gui.gauges import FULL_COLOR, MEMORY_COLOR, WARN_COLOR, Meter, Spa
 GiB = 2**30
 MAX_CPU_REPLICAS = 64
 OWN_COLOR = "#1a7f37"
+FOREIGN_COLOR = "#9a6700"
 INDENT = 22  # under the GPU name, past the checkbox
 
 
@@ -89,6 +90,7 @@ class _GpuRow:
         self.processes.setTextFormat(Qt.TextFormat.RichText)
         self.processes.setIndent(INDENT)
         self.processes.setWordWrap(True)
+        self.processes.setContentsMargins(0, 0, 0, 6)  # a gap before the next GPU
         self.processes.setAccessibleName(f"GPU {gpu.index} processes")
         self.processes.setToolTip("Compute processes on this GPU: pid (GPU memory)")
         util_label, memory_label = QLabel("util", parent), QLabel("mem", parent)
@@ -173,8 +175,8 @@ def _process_text(snap: GpuSnapshot, own_pids: set[int]) -> str:
         text = html.escape(_process(p.pid, p.used_memory))
         if p.pid in own_pids:
             parts.append(f"<b style='color:{OWN_COLOR}'>{text} · this run</b>")
-        else:
-            parts.append(text)
+        else:  # someone else's: stands out, the warning below says more when checked
+            parts.append(f"<span style='color:{FOREIGN_COLOR}'>{text}</span>")
     return " · ".join(parts)
 
 
@@ -210,7 +212,6 @@ class GpuPanel(QWidget):
         self._grid.setHorizontalSpacing(8)
         self._grid.setVerticalSpacing(2)
         self._grid.setColumnStretch(1, 1)
-        self._grid.setVerticalSpacing(1)
         gpu_layout.addWidget(self._grid_host)
         pick = QHBoxLayout()
         pick.addWidget(QLabel("Use", self._gpu_page))

@@ -1,0 +1,220 @@
+"""The GPU panel fed by a fake two-GPU NVML, and the no-driver state with the real pynvml."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import pytest
+from PySide6.QtWidgets import QWidget
+
+from mgpu_gui.core.config import DeviceKind, DeviceSelection
+from mgpu_gui.core.device_plan import plan_devices
+from mgpu_gui.core.devices import NA, NvmlSession, NvmlState, query_inventory
+from mgpu_gui.core.telemetry import take_snapshots
+from mgpu_gui.gui.gpu_panel import GpuPanel
+from tests.fake_nvml import UUID0, UUID1, GiB, fake_nvml
+
+
+@pytest.fixture
+def nvml():
+    return fake_nvml()
+
+
+@pytest.fixture
+def session(nvml):
+    session = NvmlSession(nvml)
+    yield session
+    session.shutdown()
+
+
+@pytest.fixture
+def panel(qtbot, session):
+    panel = GpuPanel(query_inventory(session))
+    qtbot.addWidget(panel)
+    return panel
+
+
+def feed(panel: GpuPanel, session: NvmlSession) -> None:
+    panel.update_snapshots(take_snapshots(session, panel.inventory.gpus))
+
+
+def test_rows_show_every_reading(panel, session):
+    feed(panel, session)
+    row = panel._rows[0]
+    assert row.check.text() == "0  H100 80GB HBM3" and row.check.isChecked()
+    assert row.utilization.text == "97%" and row.utilization.fraction == pytest.approx(0.97)
+    assert row.memory.text == "61.0/80.0 GiB"
+    assert row.stats.text() == "71°C  312/700 W"
+    assert row.detail.text() == "P0  fan 55%"
+    assert row.memory_busy.text() == "busy 41%"
+    assert "pid 4242 (60.0 GiB)" in row.processes.text()
+    assert panel.header.text().startswith("<b>GPUs</b> · 2 found · driver 550.54.15")
+
+
+def test_unsupported_field_shows_na_and_the_rest_still_updates(panel, nvml, session):
+    nvml.gpus[1].errors["nvmlDeviceGetFanSpeed"] = "NVMLError_NotSupported"
+    nvml.gpus[1].errors["nvmlDeviceGetUtilizationRates"] = "NVMLError_NotSupported"
+    feed(panel, session)
+    row = panel._rows[1]
+    assert row.detail.text() == f"P2  fan {NA}"
+    assert row.utilization.text == NA and row.utilization.fraction is None
+    assert row.memory_busy.text() == f"busy {NA}"
+    assert row.memory.text == "12.0/80.0 GiB"
+
+
+def test_lost_gpu_shows_na_and_a_warning(panel, nvml, session):
+    feed(panel, session)
+    nvml.gpus[0].lost = True
+    feed(panel, session)
+    row = panel._rows[0]
+    assert row.utilization.text == "lost" and row.memory.text == NA
+    assert row.stats.text() == NA and row.detail.text() == NA
+    assert "GPU lost" in row.processes.text()
+    assert "GPU 0 (H100 80GB HBM3) is lost" in panel.warning.text()
+    assert panel._rows[1].utilization.text == "3%"  # the other GPU carries on
+    nvml.gpus[0].lost = False  # back (after a reset): the row recovers
+    feed(panel, session)
+    assert row.utilization.text == "97%" and "lost" not in panel.warning.text()
+
+
+def test_foreign_process_on_a_checked_gpu_warns_and_own_pid_is_highlighted(panel, session):
+    panel.set_own_pids({4242})
+    feed(panel, session)
+    assert not panel.warning.isHidden()
+    assert panel.warning.text() == (
+        "⚠ GPU 1 (H100 80GB HBM3) is busy with another process: pid 5151 (11.0 GiB). "
+        "Training there shares its compute and memory.")
+    own = panel._rows[0].processes.text()
+    assert own == "<b style='color:#1a7f37'>pid 4242 (60.0 GiB) · this run</b>"
+    assert "this run" not in panel._rows[1].processes.text()
+    panel.set_checked([0])  # the busy GPU unchecked: nothing to warn about
+    assert panel.warning.isHidden()
+
+
+def test_own_pid_alone_gives_no_warning_and_unknown_pids_warn(panel, nvml, session):
+    nvml.gpus[1].processes = []
+    feed(panel, session)
+    assert "pid 4242" in panel.warning.text()  # not ours yet: someone else's
+    panel.set_own_pids([4242])
+    assert panel.warning.isHidden() and panel.warning.text() == ""
+    assert "no compute processes" in panel._rows[1].processes.text()
+
+
+def test_least_busy_picks_lowest_utilization_then_least_memory(qtbot, nvml, session):
+    nvml.gpus.append(dataclasses.replace(nvml.gpus[1], uuid="GPU-3", utilization=3,
+                                         memory_used=2 * GiB, processes=[]))
+    nvml.gpus.append(dataclasses.replace(nvml.gpus[1], uuid="GPU-4", utilization=50))
+    panel = GpuPanel(query_inventory(session))
+    qtbot.addWidget(panel)
+    feed(panel, session)
+    assert panel.least_busy_count.maximum() == 4
+    # GPU 1 and 2 tie at 3%: GPU 2 uses less memory
+    with qtbot.waitSignal(panel.selection_changed):
+        assert panel.use_least_busy(1) == [2]
+    assert [g.index for g in panel.checked_gpus()] == [2]
+    panel.least_busy_count.setValue(3)
+    with qtbot.waitSignal(panel.selection_changed):
+        panel.least_busy_button.click()
+    assert [g.index for g in panel.checked_gpus()] == [1, 2, 3]
+    nvml.gpus[2].lost = True  # a lost GPU counts as busiest
+    feed(panel, session)
+    assert panel.use_least_busy(3) == [0, 1, 3]
+
+
+def test_device_selection_and_replicas(qtbot, panel, session):
+    assert panel.device_selection() == DeviceSelection(kind=DeviceKind.GPU,
+                                                       gpus=(UUID0, UUID1))
+    assert panel.replicas() == 2
+    with qtbot.waitSignal(panel.selection_changed):
+        panel._rows[0].check.click()
+    assert panel.device_selection() == DeviceSelection(kind=DeviceKind.GPU, gpus=(UUID1,))
+    assert panel.replicas() == 1
+    plan = plan_devices(panel.device_selection(), panel.inventory)
+    assert plan.env["CUDA_VISIBLE_DEVICES"] == UUID1
+    panel._rows[1].check.click()
+    assert panel.replicas() == 0
+    assert panel.device_selection().replicas == 0  # planning refuses it, never "all GPUs"
+    assert "No GPU checked" in panel.warning.text()
+
+
+def test_locked_during_a_run(panel):
+    panel.set_enabled_for_run(False)
+    assert not any(r.check.isEnabled() for r in panel._rows)
+    assert not panel.least_busy_button.isEnabled() and not panel.least_busy_count.isEnabled()
+    panel.set_enabled_for_run(True)
+    assert all(r.check.isEnabled() for r in panel._rows)
+
+
+def test_no_driver_shows_the_reason_and_cpu_replicas(qtbot):
+    inventory = query_inventory()  # the real pynvml: this machine has no driver
+    if inventory.state is NvmlState.OK:
+        pytest.skip("this machine has an NVIDIA driver")
+    panel = GpuPanel(inventory)
+    qtbot.addWidget(panel)
+    panel.show()
+    assert panel.reason.isVisible() and panel.cpu_replicas.isVisible()
+    assert panel.reason.text() == inventory.message
+    assert "training will run on CPU replicas" in panel.reason.text()
+    assert panel.device_selection() == DeviceSelection(kind=DeviceKind.CPU, replicas=2)
+    with qtbot.waitSignal(panel.selection_changed):
+        panel.cpu_replicas.setValue(4)
+    assert panel.replicas() == 4
+    assert plan_devices(panel.device_selection(), inventory).replicas == 4
+    panel.set_enabled_for_run(False)
+    assert not panel.cpu_replicas.isEnabled()
+
+
+def test_before_the_gpus_are_listed(qtbot, session):
+    panel = GpuPanel()
+    qtbot.addWidget(panel)
+    assert panel.header.text() == "Looking for GPUs…"
+    assert panel.device_selection() == DeviceSelection() and panel.replicas() == 0
+    with qtbot.waitSignal(panel.selection_changed):
+        panel.set_inventory(query_inventory(session))
+    assert panel.replicas() == 2
+
+
+def test_interactive_widgets_have_accessible_names_and_tooltips(panel):
+    row = panel._rows[0]
+    for widget in (row.check, panel.least_busy_count, panel.least_busy_button,
+                   panel.cpu_replicas, row.sparkline):
+        assert widget.accessibleName() and widget.toolTip()
+    assert "memory controller busy" in row.memory_busy.toolTip().lower()
+
+
+def test_a_thousand_updates_are_fast_and_rebuild_nothing(qtbot, panel, session):
+    panel.show()
+    qtbot.waitExposed(panel)
+    base = take_snapshots(session, panel.inventory.gpus)
+    widgets_before = panel.findChildren(QWidget)
+    rows_before = [list(r.widgets()) for r in panel._rows]
+    start = time.perf_counter()
+    for i in range(1000):
+        panel.update_snapshots([
+            dataclasses.replace(s, timestamp=1000.0 + i, utilization_gpu=i % 101,
+                                memory_used=(i % 80) * GiB) for s in base])
+        if i % 50 == 0:
+            qtbot.wait(0)  # let some paints happen, as a live window would
+    elapsed = time.perf_counter() - start
+    assert elapsed < 3.0, f"1000 updates took {elapsed:.2f} s"
+    assert panel.findChildren(QWidget) == widgets_before
+    assert [list(r.widgets()) for r in panel._rows] == rows_before
+    assert panel._rows[0].sparkline.point_count() == 121  # the last two minutes
+
+
+def test_source_feeds_the_panel(qtbot, nvml):
+    from mgpu_gui.gui.telemetry_source import TelemetrySource
+
+    source = TelemetrySource(nvml, interval_s=0.01)
+    panel = GpuPanel()
+    qtbot.addWidget(panel)
+    source.inventory_changed.connect(panel.set_inventory)
+    source.snapshots.connect(panel.update_snapshots)
+    source.start()
+    try:
+        qtbot.waitUntil(lambda: bool(panel._rows) and panel._rows[0].utilization.text == "97%",
+                        timeout=5000)
+    finally:
+        source.stop()
+    assert panel.replicas() == 2
