@@ -1,6 +1,6 @@
 """Child-process entry that runs one training job.
 
-    python -m mgpu_gui.worker RUN_DIR --events-fd N --control-fd M
+    python -m mgpu_gui.worker RUN_DIR --events-fd N --control-fd M [--nice K]
 
 Events go as JSON lines to the inherited pipe `N` (stdout and stderr belong to
 Keras, TensorFlow and user code) and into RUN_DIR/events.jsonl. Lines read from
@@ -12,6 +12,7 @@ environment is applied before TensorFlow is imported.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -117,12 +118,28 @@ def failure_event(error: BaseException, started: bool) -> RunFailed:
                      traceback="".join(traceback.format_exception(error)))
 
 
+def lower_priority(increment: int) -> None:
+    """Yield the CPU to the GUI; call before TensorFlow starts its threads (they inherit it).
+
+    The worker runs in a session of its own, and with Linux's autogroup scheduling
+    a session is a group whose members' nice values do not count against other
+    groups: the group's own nice value (/proc/self/autogroup) must be raised too.
+    """
+    os.nice(increment)
+    with contextlib.suppress(OSError):
+        Path("/proc/self/autogroup").write_text(f"{increment}\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mgpu_gui.worker")
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--events-fd", type=int)
     parser.add_argument("--control-fd", type=int)
+    parser.add_argument("--nice", type=int, default=0,
+                        help="lower this process's CPU priority (the GUI asks for it)")
     args = parser.parse_args(argv)
+    if args.nice:
+        lower_priority(args.nice)
 
     run_dir = RunDir(args.run_dir)
     pipe = os.fdopen(args.events_fd, "w", buffering=1, encoding="utf-8") if (

@@ -1,14 +1,31 @@
-"""The app's window (a minimal one until the desktop-app issue)."""
+"""The window without training: it opens at once, says when there is no GPU, and
+its actions are reachable by keyboard."""
 
 from __future__ import annotations
 
+from PySide6.QtGui import QKeySequence
+
+from mgpu_gui.core.devices import GpuInventory, NvmlState
 from mgpu_gui.gui.main_window import MainWindow
+from mgpu_gui.gui.telemetry_source import TelemetrySource
+
+NO_GPU = GpuInventory(state=NvmlState.NO_DRIVER, message="No NVIDIA driver found (test).")
 
 
-def test_window_shows_the_device_state(qtbot):
-    window = MainWindow()
+def test_window_says_there_is_no_gpu_and_offers_cpu_replicas(qtbot):
+    window = MainWindow(telemetry=TelemetrySource(inventory=NO_GPU))
     qtbot.addWidget(window)
     window.show()
-    qtbot.waitExposed(window)
-    assert window.windowTitle() == "mgpu-gui"
-    assert "NVIDIA" in window.devices_view.toPlainText()  # the no-driver reason, or the GPUs
+    qtbot.waitUntil(lambda: "No NVIDIA driver" in window.statusBar().currentMessage())
+    assert window.gpu_panel.replicas() == 2
+    qtbot.waitUntil(window.train_action.isEnabled)  # the demo defaults are valid
+    assert not window.stop_action.isEnabled() and not window.export_action.isEnabled()
+
+
+def test_actions_have_shortcuts(qtbot):
+    window = MainWindow(telemetry=TelemetrySource(inventory=NO_GPU))
+    qtbot.addWidget(window)
+    shortcuts = {a.text(): a.shortcut() for a in (window.open_action, window.train_action,
+                                                  window.stop_action, window.export_action)}
+    assert all(not key.isEmpty() for key in shortcuts.values()), shortcuts
+    assert shortcuts["&Open model…"] == QKeySequence(QKeySequence.StandardKey.Open)

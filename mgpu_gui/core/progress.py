@@ -40,7 +40,7 @@ class Progress:
             took = event.t - self._last_epoch_end
             self._epochs_timed += 1
             self._epoch_seconds += (took - self._epoch_seconds) / self._epochs_timed
-            self._last_epoch_end = event.t
+            self._last_epoch_end = self._epoch_started = event.t
             self.epoch, self.step = event.epoch + 1, 0
             self.samples_per_s = event.samples_per_s
 

@@ -61,17 +61,22 @@ def prepare_run(config: RunConfig, inventory: GpuInventory | None = None) -> Pre
     return PreparedRun(config=config, plan=plan, run_dir=run_dir)
 
 
-def worker_command(run_dir: RunDir, events_fd: int, control_fd: int) -> list[str]:
+def worker_command(run_dir: RunDir, events_fd: int, control_fd: int,
+                   nice: int = 0) -> list[str]:
     return [sys.executable, "-m", "mgpu_gui.worker", str(run_dir.path),
-            "--events-fd", str(events_fd), "--control-fd", str(control_fd)]
+            "--events-fd", str(events_fd), "--control-fd", str(control_fd),
+            *(["--nice", str(nice)] if nice else [])]
 
 
 class WorkerProcess:
     """One worker process: its event stream, its output, stop and kill."""
 
     def __init__(self, run: PreparedRun, *, on_output: Callable[[str], None] | None = None,
-                 env: dict[str, str] | None = None):
+                 env: dict[str, str] | None = None, nice: int = 0):
+        """`nice` lowers the worker's CPU priority: where training saturates the CPU,
+        an interactive supervisor (the GUI) still gets a core when it needs one."""
         self.run = run
+        self.nice = nice
         self.on_output = on_output
         self.extra_env = env or {}
         self.output_tail: deque[str] = deque(maxlen=OUTPUT_TAIL_LINES)
@@ -88,7 +93,7 @@ class WorkerProcess:
                **self.run.plan.env, **self.extra_env}
         try:
             self._proc = subprocess.Popen(
-                worker_command(self.run.run_dir, events_w, control_r),
+                worker_command(self.run.run_dir, events_w, control_r, self.nice),
                 pass_fds=(events_w, control_r), env=env, stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 start_new_session=True,  # a terminal's Ctrl-C reaches only the supervisor

@@ -33,7 +33,6 @@ from PySide6.QtWidgets import (
 )
 
 from mgpu_gui.core.events import BatchEnd, EpochEnd, Event, RunFailed, RunFinished, RunStarted
-from mgpu_gui.core.progress import format_rate
 
 REFRESH_MS = 100
 LR_NAMES = ("learning_rate", "lr")  # Keras may log the LR as a metric: not a metric family
@@ -183,7 +182,7 @@ class CurvesPanel(QWidget):
         self._lr_plot.setXLink(None)
         for curve in (self._lr_curve, self._rate_curve):
             curve.setData([], [])
-        self._rate_plot.setTitle("samples/s", color="#222", size="10pt")
+        self._rate_plot.setTitle("Throughput (samples/s)", color="#222", size="10pt")
 
     def handle_event(self, event: Event) -> None:
         """One event from the run controller; data events start the redraw timer."""
@@ -273,6 +272,14 @@ class CurvesPanel(QWidget):
         self._x_combo.currentIndexChanged.connect(self._on_x_axis)
         row.addWidget(self._x_combo)
         row.addStretch(1)
+        # The key sits outside the plots, so it never hides a curve or the best point.
+        key = QLabel(
+            f'<span style="color:{TRAIN}">━ train (smoothed; raw faint)</span>&nbsp;&nbsp;'
+            f'<span style="color:{TRAIN}">┄● train (epoch)</span>&nbsp;&nbsp;'
+            f'<span style="color:{VAL}">━● validation</span>&nbsp;&nbsp;'
+            f'<span style="color:{BEST}">★ best epoch</span>')
+        key.setAccessibleName("Curve key")
+        row.addWidget(key)
 
     def _build_fixed_plots(self) -> None:
         self._lr_plot = pg.PlotWidget()
@@ -299,8 +306,6 @@ class CurvesPanel(QWidget):
         widget.setLabel("bottom", X_LABELS[self._x_axis], color="#222")
         item = widget.getPlotItem()
         item.setLogMode(y=self._log_y)
-        if family == "loss":
-            item.addLegend(offset=(-10, 10), labelTextColor="#222", brush=(255, 255, 255, 200))
         plot = _FamilyPlot(widget)
         train = pg.QtGui.QColor(TRAIN)
         faint = pg.QtGui.QColor(train)
@@ -316,7 +321,7 @@ class CurvesPanel(QWidget):
                 symbolPen=None), "validation"),
         ]
         for name, curve, label in specs:
-            curve.opts["name"] = label  # what the legend shows
+            curve.opts["name"] = label
             item.addItem(curve)
             if not name.startswith("val_") and not name.endswith(":epoch"):
                 _thin_when_dense(curve)
@@ -325,8 +330,10 @@ class CurvesPanel(QWidget):
         # The best epoch is its own one-point item, so no downsampling can thin it away.
         plot.best_line = pg.InfiniteLine(
             angle=90, pen=pg.mkPen(BEST, width=1, style=Qt.PenStyle.DashLine), label="",
-            labelOpts={"position": 0.9, "color": BEST, "fill": (255, 255, 255, 210),
-                       "anchors": [(-0.05, 0.5), (-0.05, 0.5)]})
+            # Left of the line, half-way up: the best epoch is often the newest (right edge),
+            # and a converging curve leaves the right half's middle empty.
+            labelOpts={"position": 0.5, "color": BEST, "fill": (255, 255, 255, 220),
+                       "anchors": [(1.04, 0.5), (1.04, 0.5)]})
         plot.best_marker = pg.PlotDataItem(pen=None, symbol="star", symbolSize=18,
                                            symbolBrush=BEST, symbolPen=pg.mkPen("w", width=1))
         for best_item in (plot.best_line, plot.best_marker):
@@ -470,8 +477,6 @@ class CurvesPanel(QWidget):
             buffer = self._series["samples_per_s"]
             self._set_curve(self._rate_curve, buffer.column(X_WALL) / 60.0, buffer.column(Y),
                             log=False)
-            rate = format_rate(float(buffer.column(Y)[-1])) if len(buffer) else ""
-            self._rate_plot.setTitle(f"Throughput  {rate}", color="#222", size="10pt")
         if self._best_dirty:
             self._best_dirty = False
             self._draw_best()
@@ -500,13 +505,13 @@ class CurvesPanel(QWidget):
                 continue
             x, y, name = point
             plot.best_marker.setData([x], [y])
+            plot.best_marker.setVisible(True)
+            plot.best_line.setVisible(True)  # first: a hidden label ignores its new text
             plot.best_line.setValue(x)
             text = f"best: epoch {epoch + 1}"
             if family == monitored:
                 text += f"  {name} {y:.4g}"
             plot.best_line.label.setFormat(text)
-            plot.best_marker.setVisible(True)
-            plot.best_line.setVisible(True)
 
     def _epoch_point(self, family: str, epoch: int) -> tuple[float, float, str] | None:
         """Where epoch `epoch` ended on the validation curve (else the train epoch curve)."""

@@ -114,6 +114,8 @@ class MainWindow(QMainWindow):
         left.addWidget(self.gpu_panel)
         left.addWidget(setup_scroll)
         left.setStretchFactor(1, 1)
+        left.setSizes([self.gpu_panel.sizeHint().height(), 520])
+        self.left_splitter = left
 
         right = QWidget()
         right_layout = QVBoxLayout(right)
@@ -125,6 +127,7 @@ class MainWindow(QMainWindow):
         lower.addWidget(self.log)
         lower.setStretchFactor(0, 3)
         lower.setStretchFactor(2, 1)
+        lower.setSizes([520, self.progress.sizeHint().height(), 180])
         right_layout.addWidget(lower)
 
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
@@ -236,6 +239,9 @@ class MainWindow(QMainWindow):
     # -- devices -------------------------------------------------------------
     def _inventory_ready(self, inventory: GpuInventory) -> None:
         self.gpu_panel.set_inventory(inventory)
+        sizes = self.left_splitter.sizes()
+        wanted = self.gpu_panel.sizeHint().height()  # rows exist now: make room for them
+        self.left_splitter.setSizes([wanted, max(sum(sizes) - wanted, 200)])
         self.run_setup.set_replicas(self.gpu_panel.replicas())
         if inventory.state is NvmlState.OK:
             self.statusBar().showMessage(f"{len(inventory.gpus)} GPU(s), driver "

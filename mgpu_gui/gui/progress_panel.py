@@ -99,7 +99,6 @@ class ProgressPanel(QWidget):
     def reset(self) -> None:
         self.progress = Progress()
         self._started: RunStarted | None = None
-        self._finished = False
         self.epoch_label.setText("Epoch –")
         for bar in (self.epoch_bar, self.total_bar):
             self._set_bar(bar, 0.0)
@@ -111,14 +110,13 @@ class ProgressPanel(QWidget):
         if isinstance(event, RunStarted):
             if event.initial_epoch == 0 or self._started is None:
                 self.reset()
-            self._started, self._finished = event, False
+            self._started = event
         if isinstance(event, RunStarted | BatchEnd | EpochEnd):
             self.progress.update(event)
             self._show(now=event.t)
         elif isinstance(event, RunFinished):
             self._on_finished(event)
         elif isinstance(event, RunFailed):
-            self._finished = True
             self.epoch_eta_label.setText("failed")
             self.total_eta_label.setText("failed")
 
@@ -135,7 +133,6 @@ class ProgressPanel(QWidget):
             self.status_label.setText(status_text(self._started, p.samples_per_s))
 
     def _on_finished(self, event: RunFinished) -> None:
-        self._finished = True
         p = self.progress
         if event.status in (RunStatus.COMPLETED, RunStatus.EARLY_STOPPED):
             self._set_bar(self.epoch_bar, 1.0, f"{p.steps}/{p.steps} steps" if p.steps else "")

@@ -15,6 +15,9 @@ from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.supervisor import PreparedRun, RunOutcome, WorkerProcess, prepare_run
 
 STOP_TIMEOUT_MS = 30_000  # a graceful stop ends at the next batch; after this, kill
+# Training is background work: on a saturated CPU (CPU replicas, heavy input pipelines)
+# the window must still get a core at once. Measured on 2 cores: see gui_responsiveness.py.
+WORKER_NICE = 10
 
 
 class RunState(StrEnum):
@@ -74,7 +77,8 @@ class RunController(QObject):
         if self.is_running():
             raise RuntimeError("a run is already in progress")
         run = prepare_run(config)
-        worker = WorkerProcess(run, on_output=self.output.emit)  # emitted from a pump thread
+        worker = WorkerProcess(run, on_output=self.output.emit,  # emitted from a pump thread
+                               nice=WORKER_NICE)
         thread = QThread(self)
         reader = _EventReader(worker)
         reader.moveToThread(thread)
