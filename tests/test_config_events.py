@@ -107,3 +107,13 @@ def test_progress_and_eta():
     assert format_duration(99) == "1 m 39 s"
     assert format_metrics({"val_accuracy": 0.9, "loss": 0.5, "accuracy": 0.8}) == (
         "loss 0.5  acc 0.8  val_acc 0.9")
+
+
+def test_tensorflow_startup_chatter_is_recognised_and_user_output_is_not():
+    from mgpu_gui.core.eventtext import is_startup_noise
+
+    assert is_startup_noise("I0000 00:00:1795242273.311264 22793 port.cc:153] oneDNN custom "
+                            "operations are on. You may see slightly different numerical")
+    assert is_startup_noise("WARNING: All log messages before absl::InitializeLog() is called")
+    assert not is_startup_noise("epoch 3: my custom callback says hello")
+    assert not is_startup_noise("Traceback (most recent call last):")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from mgpu_gui.core.events import (
     CheckpointSaved,
     EpochEnd,
@@ -70,3 +72,15 @@ def finished_line(event: RunFinished) -> str:
     if event.best_epoch is not None and event.best_value is not None:
         best = f"; best {event.best_metric} {event.best_value:.4g} in epoch {event.best_epoch + 1}"
     return f"{done}: {event.epochs_done} epochs{best}."
+
+
+# What TensorFlow prints at every start whatever the run; worker.log keeps it all.
+_STARTUP_NOISE = re.compile(
+    r"All log messages before absl::InitializeLog|oneDNN custom operations are on|"
+    r"cudart_stub\.cc|Could not find cuda drivers|failed call to cuInit|"
+    r"This TensorFlow binary is optimized|rebuild TensorFlow with the appropriate compiler")
+
+
+def is_startup_noise(line: str) -> bool:
+    """TensorFlow's start-up chatter, hidden from the GUI's log (not from worker.log)."""
+    return bool(_STARTUP_NOISE.search(line))

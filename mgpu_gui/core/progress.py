@@ -45,7 +45,14 @@ class Progress:
             self.samples_per_s = event.samples_per_s
 
     @property
+    def done(self) -> bool:
+        """Every epoch asked for has ended."""
+        return bool(self.epochs) and self.epoch >= self.epochs
+
+    @property
     def epoch_fraction(self) -> float:
+        if self.done:
+            return 1.0
         return self.step / self.steps if self.steps else 0.0
 
     @property

@@ -120,6 +120,7 @@ def _style_plot(widget: pg.PlotWidget, left: str) -> None:
         axis = item.getAxis(side)
         axis.setPen(pg.mkPen("#444"))
         axis.setTextPen(pg.mkPen("#222"))
+        axis.enableAutoSIPrefix(False)  # "(x0.001)" beside a unit confuses more than it helps
     item.setLabel("left", left, color="#222")
     item.showGrid(x=True, y=True, alpha=0.15)
     item.getViewBox().setAutoVisible(y=True)  # y fits the visible x range when zoomed
@@ -472,7 +473,11 @@ class CurvesPanel(QWidget):
                 if name in dirty:
                     self._set_curve(curve, *self.series(name), log=self._log_y)
         if "learning_rate" in dirty:
-            self._set_curve(self._lr_curve, *self.series("learning_rate"), log=False)
+            x, y = self.series("learning_rate")
+            self._set_curve(self._lr_curve, x, y, log=False)
+            top = float(np.nanmax(y)) if len(y) and np.isfinite(y).any() else 0.0
+            # From zero up: a constant rate otherwise autoscales to a meaningless band.
+            self._lr_plot.setYRange(0.0, top * 1.15 if top > 0 else 1.0, padding=0)
         if "samples_per_s" in dirty:
             buffer = self._series["samples_per_s"]
             self._set_curve(self._rate_curve, buffer.column(X_WALL) / 60.0, buffer.column(Y),

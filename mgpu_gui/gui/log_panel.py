@@ -8,7 +8,7 @@ from PySide6.QtGui import QFontDatabase
 from PySide6.QtWidgets import QPlainTextEdit, QTabWidget, QWidget
 
 from mgpu_gui.core.events import Event, RunStarted
-from mgpu_gui.core.eventtext import event_lines
+from mgpu_gui.core.eventtext import event_lines, is_startup_noise
 
 MAX_LINES = 20_000  # older lines scroll away; worker.log in the run folder keeps all
 
@@ -37,7 +37,8 @@ class LogPanel(QTabWidget):
 
     def append_output(self, line: str) -> None:
         """A line the worker printed (TensorFlow, Keras, user code)."""
-        self.log.appendPlainText(f"         | {line}")
+        if line.strip() and not is_startup_noise(line):
+            self.log.appendPlainText(f"         | {line}")
 
     def append_message(self, text: str) -> None:
         self.log.appendPlainText(time.strftime("%H:%M:%S ") + text)

@@ -124,8 +124,9 @@ class ProgressPanel(QWidget):
         p = self.progress
         epoch = min(p.epoch + 1, p.epochs) if p.epochs else 0
         self.epoch_label.setText(f"Epoch {epoch}/{p.epochs}")
+        steps = p.steps if p.done else p.step
         self._set_bar(self.epoch_bar, p.epoch_fraction,
-                      f"{p.step}/{p.steps} steps" if p.steps else "")
+                      f"{steps}/{p.steps} steps" if p.steps else "")
         self._set_bar(self.total_bar, p.total_fraction)
         self.epoch_eta_label.setText(f"ETA {format_duration(p.epoch_eta(now))}")
         self.total_eta_label.setText(f"ETA {format_duration(p.total_eta(now))}")
