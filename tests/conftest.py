@@ -15,6 +15,23 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ["CUDA_VISIBLE_DEVICES"] = ""  # tests must behave the same with or without a GPU
 
 
+@pytest.fixture
+def nvml():
+    """A fake `pynvml` module with two GPUs (see fake_nvml.py)."""
+    from tests.fake_nvml import fake_nvml
+
+    return fake_nvml()
+
+
+@pytest.fixture
+def session(nvml):
+    from mgpu_gui.core.devices import NvmlSession
+
+    session = NvmlSession(nvml)
+    yield session
+    session.shutdown()
+
+
 @pytest.fixture(autouse=True)
 def _isolated_settings(request, tmp_path_factory):
     """QSettings of GUI tests go to a temporary folder, never the user's."""

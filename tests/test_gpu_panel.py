@@ -13,19 +13,7 @@ from mgpu_gui.core.device_plan import plan_devices
 from mgpu_gui.core.devices import NA, NvmlSession, NvmlState, query_inventory
 from mgpu_gui.core.telemetry import take_snapshots
 from mgpu_gui.gui.gpu_panel import GpuPanel
-from tests.fake_nvml import UUID0, UUID1, GiB, fake_nvml
-
-
-@pytest.fixture
-def nvml():
-    return fake_nvml()
-
-
-@pytest.fixture
-def session(nvml):
-    session = NvmlSession(nvml)
-    yield session
-    session.shutdown()
+from tests.fake_nvml import UUID0, UUID1, GiB
 
 
 @pytest.fixture

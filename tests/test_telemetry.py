@@ -22,16 +22,6 @@ MEASUREMENTS = ("utilization_gpu", "memory_used", "memory_total", "memory_busy",
                 "performance_state", "processes")
 
 
-@pytest.fixture
-def nvml():
-    return fake_nvml()
-
-
-@pytest.fixture
-def session(nvml):
-    session = NvmlSession(nvml)
-    yield session
-    session.shutdown()
 
 
 def snapshots(session):
