@@ -101,6 +101,14 @@ class _FamilyPlot:
     best_line: pg.InfiniteLine | None = None
 
 
+def _without_lr(metrics: dict[str, float], lr: float | None) -> tuple[dict[str, float],
+                                                                     float | None]:
+    """Keras puts the learning rate among the metrics: it gets its own plot, not a family."""
+    if lr is None:
+        lr = next((v for n, v in metrics.items() if n in LR_NAMES), None)
+    return {n: v for n, v in metrics.items() if n not in LR_NAMES}, lr
+
+
 def family_of(name: str) -> str:
     return name.removeprefix("val_")
 
@@ -390,11 +398,8 @@ class CurvesPanel(QWidget):
             steps = max(self._steps, 1)
             xs = (event.epoch + (event.batch + 1) / steps, event.epoch * steps + event.batch + 1,
                   self._wall(event.t))
-            lr = event.learning_rate
-            for name, value in event.metrics.items():
-                if name in LR_NAMES:
-                    lr = value if lr is None else lr
-                    continue
+            metrics, lr = _without_lr(event.metrics, event.learning_rate)
+            for name, value in metrics.items():
                 self._ensure_family(family_of(name))
                 self._append(name, *xs, value)
                 self._append_smoothed(name, xs, value)
@@ -404,11 +409,8 @@ class CurvesPanel(QWidget):
         elif isinstance(event, EpochEnd):
             steps = max(self._steps, 1)
             xs = (event.epoch + 1.0, (event.epoch + 1.0) * steps, self._wall(event.t))
-            lr = event.learning_rate
-            for name, value in event.metrics.items():
-                if name in LR_NAMES:
-                    lr = value if lr is None else lr
-                    continue
+            metrics, lr = _without_lr(event.metrics, event.learning_rate)
+            for name, value in metrics.items():
                 self._ensure_family(family_of(name))
                 key = name if name.startswith("val_") else f"{name}:epoch"
                 self._append(key, *xs, value)
