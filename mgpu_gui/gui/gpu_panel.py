@@ -304,7 +304,7 @@ class GpuPanel(QWidget):
                                 + (f" · {versions_text}" if versions_text else ""))
             self._pages.setCurrentWidget(self._gpu_page)
         else:
-            self.header.setText("<b>No GPU in use</b>"
+            self.header.setText("<b>GPUs</b> · none available: training on CPU replicas"
                                 + (f" · {versions_text}" if versions_text else ""))
             self.reason.setText(inventory.message or "No GPU found: training runs on CPU "
                                 "replicas.")
