@@ -32,7 +32,7 @@ from mgpu_gui.core.progress import Progress, format_duration, format_metrics, fo
 from mgpu_gui.core.rundir import RunDir
 from mgpu_gui.core.supervisor import RunOutcome, WorkerProcess, prepare_run
 
-COMMANDS = ("train", "devices", "export")
+COMMANDS = ("train", "devices", "export", "inspect", "unwrap")
 FLAGS = {  # RunConfig fields as the flags a CLI user typed
     "model": "--model", "data": "--data", "validation_data": "--val-data",
     "validation_split": "--val-split", "batch_per_replica": "--batch-per-replica",
@@ -61,6 +61,18 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("-o", "--output", type=Path, required=True)
     export.add_argument("--format", choices=EXPORT_FORMATS,
                         help="default: from the output's suffix (.keras, .h5; else savedmodel)")
+    inspect = sub.add_parser("inspect", help="say what a model file holds (no TensorFlow, "
+                             "no code from the file)")
+    inspect.add_argument("file", type=Path, help="a .keras, .h5 or .py model file")
+    unwrap = sub.add_parser("unwrap", help="recover the plain model from a legacy multi-GPU "
+                            "wrapper file and write it, verified")
+    unwrap.add_argument("file", type=Path, help="a .h5 or .keras model file")
+    unwrap.add_argument("-o", "--output", type=Path, required=True,
+                        help="a .keras or .h5 file, or a SavedModel folder")
+    unwrap.add_argument("--format", choices=EXPORT_FORMATS,
+                        help="default: from the output's suffix (.keras, .h5; else savedmodel)")
+    unwrap.add_argument("--custom-objects", dest="custom_objects", type=Path,
+                        help="a .py defining a `custom_objects` dict for custom layers")
     return parser
 
 
@@ -290,6 +302,57 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from mgpu_gui.core.modelfile import inspect_model_file
+
+    info = inspect_model_file(args.file)
+    print(f"{info.path.name}: {info.format} file, {info.class_name or '?'} "
+          f"'{info.name or '?'}' (saved by Keras {info.keras_version or '?'})")
+    if info.input_shape is not None:
+        print(f"  input shape: {info.input_shape}")
+    if info.output_units is not None:
+        print(f"  output: {info.output_units} units, activation {info.output_activation}")
+    print(f"  compiled: {'yes, loss ' + str(info.loss) if info.compiled else 'no'}")
+    if info.wrapper is not None:
+        print(f"  {info.wrapper.describe()}")
+        print(f"  recover the plain model with: mgpu-train unwrap {args.file} -o "
+              f"{info.path.stem}_unwrapped.keras")
+    else:
+        print("  plain model (no multi-GPU wrapper)")
+        if info.lambda_layers:
+            print(f"  Lambda layers (run code on load): {', '.join(info.lambda_layers)}")
+    return 0
+
+
+def cmd_unwrap(args: argparse.Namespace) -> int:
+    from mgpu_gui.core.modelfile import inspect_model_file
+
+    info = inspect_model_file(args.file)
+    if info.format == "py":
+        raise UserError(f"{info.path.name} is a .py file: there is nothing to unwrap.")
+    output = args.output.expanduser().absolute()
+    fmt = args.format or _format_from_suffix(output)
+    if info.wrapper is None:
+        from mgpu_gui.core.export import export_file
+
+        print(f"{info.path.name} is already a plain model (no multi-GPU wrapper); "
+              f"writing it as a verified {fmt} conversion.")
+        result = export_file(info.path.absolute(), output, fmt)
+    else:
+        from mgpu_gui.core.export import export_model, random_sample
+        from mgpu_gui.core.models import load_custom_objects
+        from mgpu_gui.core.unwrap import recover_model
+
+        custom = load_custom_objects(args.custom_objects) if args.custom_objects else {}
+        recovered = recover_model(info.path, custom_objects=custom, log=print)
+        model = recovered.model
+        result = export_model(model, output, fmt, sample_x=random_sample(model),
+                              custom_objects_file=args.custom_objects)
+    print(f"Wrote {result.format} model: {result.path} (reloaded in a fresh process, "
+          f"max prediction difference {result.max_abs_diff:.2g})")
+    return 0
+
+
 def _export_source(source: Path) -> Path:
     """A run folder stands for its exported model, else its last complete epoch."""
     if not source.is_dir():
@@ -314,7 +377,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         debug = "--debug" in argv
         argv = (["--debug"] if debug else []) + ["train"] + [a for a in argv if a != "--debug"]
     args = build_parser().parse_args(argv)
-    handlers = {"train": cmd_train, "devices": cmd_devices, "export": cmd_export}
+    handlers = {"train": cmd_train, "devices": cmd_devices, "export": cmd_export,
+                "inspect": cmd_inspect, "unwrap": cmd_unwrap}
     try:
         return handlers[args.command or "train"](args)
     except ConfigError as error:

@@ -22,6 +22,7 @@ from typing import Any, Literal
 import h5py
 
 from mgpu_gui.core.errors import ModelError
+from mgpu_gui.core.unwrap import WrapperInfo, find_wrapper
 
 ModelFormat = Literal["keras", "h5", "py"]
 _SUFFIX_FORMATS: dict[str, ModelFormat] = {
@@ -41,6 +42,8 @@ class ModelFileInfo:
     None when the file does not say (several inputs or outputs, a subclassed
     model, a `.py` file). `lambda_layers` names every Lambda layer, nested
     models included, because each one runs Python code from the file on load.
+    `wrapper` describes a legacy multi-GPU wrapper (towers of slicing Lambdas
+    around one nested template); such a file is unwrapped, never run.
     """
 
     path: Path
@@ -55,6 +58,7 @@ class ModelFileInfo:
     has_lambda: bool = False
     keras_version: str | None = None
     lambda_layers: tuple[str, ...] = field(default=())
+    wrapper: WrapperInfo | None = None
 
 
 def inspect_model_file(path: str | Path) -> ModelFileInfo:
@@ -223,6 +227,7 @@ def _info_from_config(
         output_units=units, output_activation=activation,
         compiled=compiled, loss=loss,
         has_lambda=bool(lambdas), keras_version=keras_version, lambda_layers=lambdas,
+        wrapper=find_wrapper(config),
     )
 
 
@@ -247,7 +252,8 @@ def _layers(model_config: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:
     for layer in _layers(model_config):
-        if layer.get("name", (layer.get("config") or {}).get("name")) == name:
+        cfg = layer.get("config")  # a Keras 2.0-2.1 nested Sequential's config is a list
+        if layer.get("name", cfg.get("name") if isinstance(cfg, dict) else None) == name:
             return layer
     return None
 
@@ -271,7 +277,7 @@ def _input_shape_of(model_config: dict[str, Any]) -> tuple[int | None, ...] | No
         first = layers[0] if layers else None
     candidates = []
     if first is not None:
-        cfg = first.get("config") or {}
+        cfg = first.get("config") if isinstance(first.get("config"), dict) else {}
         candidates += [cfg.get("batch_shape"), cfg.get("batch_input_shape")]
         if first.get("class_name") in ("Sequential", "Functional", "Model"):
             nested = _input_shape_of(first)

@@ -65,6 +65,8 @@ def load_model(
             log(f"built the demo model for inputs {tuple(input_shape)}, {num_classes} classes")
         elif info.format == "py":
             model = _build_from_py(info.path, input_shape, num_classes, log)
+        elif info.wrapper is not None:
+            model = _unwrap(info, custom_objects, log)
         else:
             model = _load_file(info, config, custom_objects, log)
         if config.sync_batchnorm:
@@ -72,7 +74,7 @@ def load_model(
         if info is not None and info.format == "h5" and not model.compiled:
             _compile_from_training_config(model, info, config, log)
         if model.compiled:
-            if info is None or info.format != "h5":
+            if info is None or (info.format != "h5" and info.wrapper is None):
                 log(f"the model comes compiled: using its own optimizer "
                     f"({type(model.optimizer).__name__}) and loss ({_describe(model.loss)}); "
                     "the optimizer and loss settings are not used")
@@ -94,6 +96,18 @@ def load_custom_objects(path: str | Path) -> dict[str, Any]:
 
 
 # -- sources ----------------------------------------------------------------
+def _unwrap(info: ModelFileInfo, custom_objects: dict[str, Any], log: Log) -> keras.Model:
+    """A legacy multi-GPU wrapper: train the recovered template, never the wrapper."""
+    from mgpu_gui.core.unwrap import recover_model
+
+    log(f"{info.path.name} is a {info.wrapper.describe()}; training the recovered template "
+        "(no code from the file runs)")
+    # .h5: compiled afterwards from training_config inside the scope, like any legacy .h5.
+    recovered = recover_model(info.path, custom_objects=custom_objects,
+                              compile=info.format == "keras", log=log)
+    return recovered.model
+
+
 def _load_file(info: ModelFileInfo, config: RunConfig, custom_objects: dict[str, Any],
                log: Log) -> keras.Model:
     import keras
@@ -259,11 +273,16 @@ def _metric_for(name: str, loss: Any) -> Any:
 def _compile_from_training_config(model: keras.Model, info: ModelFileInfo, config: RunConfig,
                                   log: Log) -> None:
     """Compile a legacy `.h5` as it was saved: its optimizer class and settings, loss, metrics."""
+    training = read_h5_training_config(info.path)
+    if training:
+        compile_from_training_config(model, training, log, info.path.name)
+
+
+def compile_from_training_config(model: keras.Model, training: dict[str, Any], log: Log,
+                                 source: str = "the file") -> bool:
+    """Compile as a Keras 2 `training_config` says; False (logged) when it cannot be used."""
     import keras
 
-    training = read_h5_training_config(info.path)
-    if not training:
-        return
     try:
         opt_cfg = training["optimizer_config"]
         cls_name = opt_cfg["class_name"].split(">")[-1]  # "Custom>Adam" in tf_keras files
@@ -284,9 +303,10 @@ def _compile_from_training_config(model: keras.Model, info: ModelFileInfo, confi
     except Exception as exc:  # an old or custom file; the run's settings still work
         log(f"could not compile from the file's training settings ({type(exc).__name__}: "
             f"{exc}); using the run's settings instead")
-        return
-    log(f"compiled as saved in {info.path.name}: {cls_name}, loss {_describe(loss)}, "
+        return False
+    log(f"compiled as saved in {source}: {cls_name}, loss {_describe(loss)}, "
         f"metrics {metrics}; the optimizer and loss settings are not used")
+    return True
 
 
 def _legacy_metrics(metrics: Any, n_outputs: int) -> Any:
