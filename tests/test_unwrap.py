@@ -27,7 +27,9 @@ from mgpu_gui import cli  # noqa: E402
 from mgpu_gui.core import models  # noqa: E402
 from mgpu_gui.core.config import RunConfig  # noqa: E402
 from mgpu_gui.core.errors import ModelError  # noqa: E402
+from mgpu_gui.core.events import RunStarted  # noqa: E402
 from mgpu_gui.core.modelfile import inspect_model_file  # noqa: E402
+from mgpu_gui.core.rundir import RunDir  # noqa: E402
 from mgpu_gui.core.unwrap import recover_model  # noqa: E402
 from tests import legacy_models as lm  # noqa: E402
 
@@ -265,3 +267,20 @@ def test_inspection_runs_without_tensorflow(files):
             "assert info.wrapper.depth == 2; "
             "assert not {'tensorflow', 'keras', 'tf_keras'} & set(sys.modules), 'TF imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+@pytest.mark.slow
+def test_mgpu_train_trains_a_wrapped_file_on_two_replicas(files, tmp_path):
+    """The wrapper's slicing Lambdas are no reason to ask for consent: they never run."""
+    data = tmp_path / "six.npz"
+    rng = np.random.default_rng(0)
+    np.savez(data, x_train=rng.normal(size=(96, 6)).astype("float32"),
+             y_train=rng.integers(0, 3, size=96))
+    code = cli.main(["train", "--model", str(files["functional2"][0]), "--data", str(data),
+                     "--cpu", "--replicas", "2", "--batch-per-replica", "8", "--epochs", "2",
+                     "-o", str(tmp_path / "runs"), "--quiet"])
+    assert code == 0
+    (run,) = (tmp_path / "runs").iterdir()
+    events = RunDir(run).events()
+    started = next(e for e in events if isinstance(e, RunStarted))
+    assert started.model_name == "template" and started.num_replicas == 2

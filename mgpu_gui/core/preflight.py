@@ -27,8 +27,11 @@ def check(config: RunConfig, replicas: int) -> tuple[ModelFileInfo | None, DataI
     if config.validation_data is not None:
         inspect_data(config.validation_data, image_size=config.image_size)
     if model is not None:
-        if model.has_lambda and not config.allow_unsafe_code:
-            raise ModelError(lambda_refused(model))
+        # A legacy multi-GPU wrapper's slicing Lambdas never run: the template is rebuilt
+        # from its config. Only Lambdas inside the template would run code.
+        lambdas = model.wrapper.template_lambdas if model.wrapper else model.lambda_layers
+        if lambdas and not config.allow_unsafe_code:
+            raise ModelError(lambda_refused(model, ", ".join(lambdas)))
         if model.input_shape is not None and data.x_shape is not None:
             fit_check.check_input_shape(model.input_shape, data.x_shape)
         if data.label_kind is LabelKind.SPARSE:
