@@ -1,4 +1,7 @@
-"""Export a finished or stopped run's model, in the background (TensorFlow runs in a child)."""
+"""Write a model file in the background: a run's export, or a legacy wrapper unwrapped.
+
+TensorFlow runs in a child (`mgpu-train export` / `mgpu-train unwrap`), never in the GUI.
+"""
 
 from __future__ import annotations
 
@@ -16,10 +19,11 @@ FILTERS = {
 SUFFIXES = {"keras": ".keras", "h5": ".h5", "savedmodel": ""}
 
 
-def ask_export_target(parent: QWidget, run_dir: Path) -> tuple[Path, str] | None:
+def ask_export_target(parent: QWidget, suggested: Path,
+                      title: str = "Export model") -> tuple[Path, str] | None:
     """The file (or SavedModel folder) to write and its format, or None when cancelled."""
     path, chosen = QFileDialog.getSaveFileName(
-        parent, "Export model", str(run_dir.parent / f"{run_dir.name}.keras"),
+        parent, title, str(suggested.with_suffix(".keras")),
         ";;".join(FILTERS), options=QFileDialog.Option.DontUseNativeDialog)
     if not path:
         return None
@@ -33,7 +37,7 @@ def ask_export_target(parent: QWidget, run_dir: Path) -> tuple[Path, str] | None
 
 
 class ModelExporter(QObject):
-    """Runs `mgpu-train export` as a child process and reports its one-line result."""
+    """Runs `mgpu-train export|unwrap SRC -o OUT` as a child and reports its one-line result."""
 
     finished = Signal(bool, str)  # ok, message for the user
 
@@ -44,14 +48,14 @@ class ModelExporter(QObject):
     def is_running(self) -> bool:
         return self._process is not None
 
-    def export(self, source: Path, target: Path, fmt: str) -> None:
+    def export(self, source: Path, target: Path, fmt: str, command: str = "export") -> None:
         if self._process is not None:
             raise RuntimeError("an export is already running")
         process = QProcess(self)
         process.setProcessChannelMode(QProcess.ProcessChannelMode.SeparateChannels)
         process.finished.connect(self._on_finished)
         self._process = process
-        process.start(sys.executable, ["-m", "mgpu_gui.cli", "export", str(source),
+        process.start(sys.executable, ["-m", "mgpu_gui.cli", command, str(source),
                                        "-o", str(target), "--format", fmt])
 
     def cancel(self) -> None:

@@ -219,7 +219,7 @@ class MainWindow(QMainWindow):
         source = self._export_source()
         if source is None or self.exporter.is_running():
             return
-        target = ask_export_target(self, self.last_run.path)
+        target = ask_export_target(self, self.last_run.path.parent / self.last_run.path.name)
         if target is not None:
             self.export_to(*target)
 

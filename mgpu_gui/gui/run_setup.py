@@ -48,6 +48,7 @@ from mgpu_gui.core.datafile import DataInfo, inspect_data
 from mgpu_gui.core.errors import DataError, ModelError, UserError
 from mgpu_gui.core.modelfile import inspect_model_file
 from mgpu_gui.gui.model_probe import ModelProbe
+from mgpu_gui.gui.wrapper_notice import WrapperNotice
 
 SETTINGS_GROUP = "run_setup"
 MAX_RECENT = 8
@@ -209,6 +210,8 @@ class RunSetupPanel(QWidget):
             field = "data" if self._probe_result.get("error_type") == "DataError" else "model"
             problems.setdefault(field, self._probe_result.get("message", "?"))
         self._show_problems(problems)
+        # What the file is does not depend on the data: shown even when they do not fit.
+        self.wrapper_notice.show_for(None if config.model == DEMO else self.model_info)
         self._update_batch_text()
         self.config_changed.emit()
         valid = not problems
@@ -246,6 +249,7 @@ class RunSetupPanel(QWidget):
         """Stop the pending check and kill a running probe (call before closing)."""
         self._check_timer.stop()
         self._probe.shutdown()
+        self.wrapper_notice.shutdown()
 
     # -- building the widgets -----------------------------------------------
     def _build_ui(self) -> None:
@@ -282,8 +286,10 @@ class RunSetupPanel(QWidget):
         self.model_status.setWordWrap(True)
         self.model_status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.model_status.setAccessibleName("Model build status")
+        self.wrapper_notice = WrapperNotice()
         form.addRow("Model", self._field("model", [self.model_combo, self.model_browse],
-                                         extra=[self.summary_button], below=[self.model_status]))
+                                         extra=[self.summary_button],
+                                         below=[self.model_status, self.wrapper_notice]))
 
         self.allow_code = QCheckBox("Allow code from the model file")
         self._name(self.allow_code, "Allow code from the model file",
@@ -531,8 +537,9 @@ class RunSetupPanel(QWidget):
             return self._file_cache[1], self._file_cache[2]
         problems: dict[str, str] = {}
         data_info = None
+        self.model_info = None
         if "model" not in known and config.model != DEMO:
-            problems.update(_attempt("model", lambda: inspect_model_file(config.model)))
+            problems.update(_attempt("model", lambda: self._inspect_model(config.model)))
         if "data" not in known:
             try:
                 data_info = inspect_data(config.data, image_size=config.image_size)
@@ -554,6 +561,9 @@ class RunSetupPanel(QWidget):
                     config.replace(model=DEMO), self._replicas)))
         self._file_cache = (key, problems, data_info)
         return problems, data_info
+
+    def _inspect_model(self, path: str) -> None:
+        self.model_info = inspect_model_file(path)
 
     def _show_problems(self, problems: dict[str, str]) -> None:
         self._problems = problems
