@@ -179,6 +179,7 @@ class CurvesPanel(QWidget):
         self._ema_state: dict[str, tuple[float, int]] = {}
         self._dirty: set[str] = set()
         self._steps = 0
+        self._epochs = 0  # known from RunStarted: fixes the x range by epoch or step
         self._t_origin: float | None = None
         self._last_wall = 0.0
         self._best_epoch: int | None = None
@@ -354,6 +355,7 @@ class CurvesPanel(QWidget):
         else:
             self._lr_plot.setXLink(widget)
         self._plots[family] = plot
+        self._apply_x_range()
         self._families.append(family)  # sorted is stable: first seen first within a rank
         self._families.sort(key=_family_rank)
         self._relayout()
@@ -428,6 +430,8 @@ class CurvesPanel(QWidget):
             self.reset()  # a new run, not a resume: start clean
             has_data = False
         self._steps = event.steps_per_epoch or self._steps
+        self._epochs = event.epochs
+        self._apply_x_range()
         if not has_data:
             self._t_origin = event.t
             return
@@ -556,6 +560,21 @@ class CurvesPanel(QWidget):
         self._redraw_all()
         for widget in [p.widget for p in self._plots.values()] + [self._lr_plot]:
             widget.getPlotItem().enableAutoRange()
+        self._apply_x_range()
+
+    def _apply_x_range(self) -> None:
+        """By epoch or step the run's whole x range is known from the start: fix it, so
+        the x axes are not re-rendered on every redraw (axis text is the costliest paint,
+        measured with py-spy during a run). Wall time keeps autoscaling."""
+        span = {XAxis.EPOCH: self._epochs, XAxis.STEP: self._epochs * max(self._steps, 1)}.get(
+            self._x_axis)
+        for widget in [p.widget for p in self._plots.values()] + [self._lr_plot]:
+            item = widget.getPlotItem()
+            if span:
+                item.enableAutoRange(x=False)
+                item.setXRange(0, span, padding=0.02)
+            else:
+                item.enableAutoRange(x=True)
 
     def _redraw_all(self) -> None:
         self._dirty.update(self._series)

@@ -150,8 +150,12 @@ class ProgressPanel(QWidget):
     @staticmethod
     def _set_bar(bar: QProgressBar, fraction: float, detail: str = "") -> None:
         fraction = min(max(fraction, 0.0), 1.0)
-        bar.setValue(round(fraction * BAR_MAX))
         percent = f"{fraction * 100:.0f}%"
         text = f"{percent}  ·  {detail}" if detail else percent
+        # QProgressBar.setValue repaints at once (synchronously), and in this window that
+        # costs as much as a plot redraw (py-spy during a run): batch it into one update.
+        bar.setUpdatesEnabled(False)
+        bar.setValue(round(fraction * BAR_MAX))
         bar.setFormat(text)
+        bar.setUpdatesEnabled(True)
         bar.setAccessibleDescription(text)
