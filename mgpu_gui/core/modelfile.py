@@ -14,7 +14,6 @@ import ast
 import json
 import zipfile
 import zlib
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -22,7 +21,7 @@ from typing import Any, Literal
 import h5py
 
 from mgpu_gui.core.errors import ModelError
-from mgpu_gui.core.unwrap import WrapperInfo, find_wrapper
+from mgpu_gui.core.unwrap import WrapperInfo, config_layers, find_wrapper, walk_config
 
 ModelFormat = Literal["keras", "h5", "py"]
 _SUFFIX_FORMATS: dict[str, ModelFormat] = {
@@ -216,7 +215,7 @@ def _info_from_config(
 ) -> ModelFileInfo:
     lambdas = tuple(
         str((node.get("config") or {}).get("name", "?"))
-        for node in _walk(config) if node.get("class_name") == "Lambda"
+        for node in walk_config(config) if node.get("class_name") == "Lambda"
     )
     units, activation = _output_of(config)
     return ModelFileInfo(
@@ -231,27 +230,8 @@ def _info_from_config(
     )
 
 
-def _walk(node: Any) -> Iterator[dict[str, Any]]:
-    """Every dict in a nested config, so nested models are searched too."""
-    if isinstance(node, dict):
-        yield node
-        for value in node.values():
-            yield from _walk(value)
-    elif isinstance(node, list):
-        for value in node:
-            yield from _walk(value)
-
-
-def _layers(model_config: dict[str, Any]) -> list[dict[str, Any]]:
-    inner = model_config.get("config")
-    if isinstance(inner, list):  # Keras 2.0-2.2 Sequential: config is the layer list
-        return inner
-    layers = (inner or {}).get("layers")
-    return layers if isinstance(layers, list) else []
-
-
 def _by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:
-    for layer in _layers(model_config):
+    for layer in config_layers(model_config):
         cfg = layer.get("config")  # a Keras 2.0-2.1 nested Sequential's config is a list
         if layer.get("name", cfg.get("name") if isinstance(cfg, dict) else None) == name:
             return layer
@@ -273,7 +253,7 @@ def _input_shape_of(model_config: dict[str, Any]) -> tuple[int | None, ...] | No
             return None
         first = _by_name(model_config, inputs[0][0])
     else:
-        layers = _layers(model_config)
+        layers = config_layers(model_config)
         first = layers[0] if layers else None
     candidates = []
     if first is not None:
@@ -295,7 +275,7 @@ def _input_shape_of(model_config: dict[str, Any]) -> tuple[int | None, ...] | No
 def _output_of(model_config: dict[str, Any]) -> tuple[int | None, str | None]:
     """Units and activation of the (single) output layer, looking through wrappers."""
     outputs = _endpoints(model_config, "output_layers")
-    layers = _layers(model_config)
+    layers = config_layers(model_config)
     if outputs is not None:
         if len(outputs) != 1:
             return None, None
@@ -327,7 +307,7 @@ def _inbound(model_config: dict[str, Any], layer: dict[str, Any]) -> dict[str, A
     """The layer feeding `layer` in a Functional config, wrapped as a one-output model."""
     nodes = layer.get("inbound_nodes") or []
     name = None
-    for node in _walk(nodes):
+    for node in walk_config(nodes):
         history = (node.get("config") or {}).get("keras_history")
         if isinstance(history, list) and history:
             name = history[0]
@@ -337,7 +317,7 @@ def _inbound(model_config: dict[str, Any], layer: dict[str, Any]) -> dict[str, A
     if not isinstance(name, str):
         return None
     return {"class_name": "Functional", "config": {
-        "layers": _layers(model_config), "output_layers": [[name, 0, 0]]}}
+        "layers": config_layers(model_config), "output_layers": [[name, 0, 0]]}}
 
 
 def _activation_name(activation: Any) -> str | None:

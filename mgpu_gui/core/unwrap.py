@@ -102,12 +102,12 @@ def find_wrapper(config: dict[str, Any]) -> WrapperInfo | None:
         template_name=_name(template),
         template_class="Sequential" if template.get("class_name") == "Sequential"
         else "Functional",
-        template_layers=len([layer for layer in _layers(template)
+        template_layers=len([layer for layer in config_layers(template)
                              if layer.get("class_name") != "InputLayer"]),
         depth=len(levels),
         after_layers=tuple((_name(layer), str(layer.get("class_name"))) for layer in after),
         code_layers=tuple(code),
-        template_lambdas=tuple(_name(node) for node in _walk(template)
+        template_lambdas=tuple(_name(node) for node in walk_config(template)
                                if node.get("class_name") == "Lambda"),
     )
 
@@ -126,7 +126,7 @@ def _levels(config: dict[str, Any]) -> list[_Level]:
 
 
 def _level(config: dict[str, Any]) -> _Level | None:
-    layers = _layers(config)
+    layers = config_layers(config)
     by_name = {_name(layer): layer for layer in layers}
     for candidate in layers:
         if candidate.get("class_name") not in MODEL_CLASSES:
@@ -184,7 +184,7 @@ def _inbound(layer: dict[str, Any]) -> list[list[str]]:
                           if isinstance(entry, list) and entry and isinstance(entry[0], str)])
         elif isinstance(node, dict):  # Keras 3: {"args": [...keras tensors...], "kwargs": {}}
             names = []
-            for item in _walk(node.get("args")):
+            for item in walk_config(node.get("args")):
                 history = (item.get("config") or {}).get("keras_history") if (
                     item.get("class_name") == "__keras_tensor__") else None
                 if isinstance(history, list) and history:
@@ -193,7 +193,8 @@ def _inbound(layer: dict[str, Any]) -> list[list[str]]:
     return calls
 
 
-def _layers(model_config: dict[str, Any]) -> list[dict[str, Any]]:
+def config_layers(model_config: dict[str, Any]) -> list[dict[str, Any]]:
+    """The layer entries of a model config, old (list-style) Sequential configs too."""
     inner = model_config.get("config")
     if isinstance(inner, list):  # Keras 2.0-2.1 Sequential: config is the layer list
         return inner
@@ -206,14 +207,15 @@ def _name(layer: dict[str, Any]) -> str:
     return str(layer.get("name") or (cfg.get("name") if isinstance(cfg, dict) else None) or "?")
 
 
-def _walk(node: Any) -> Iterator[dict[str, Any]]:
+def walk_config(node: Any) -> Iterator[dict[str, Any]]:
+    """Every dict in a nested config, so nested models are searched too."""
     if isinstance(node, dict):
         yield node
         for value in node.values():
-            yield from _walk(value)
+            yield from walk_config(value)
     elif isinstance(node, list):
         for value in node:
-            yield from _walk(value)
+            yield from walk_config(value)
 
 
 # -- recovery (Keras) ---------------------------------------------------------
@@ -360,7 +362,7 @@ def _check_classes(file: str, template: dict[str, Any], custom_objects: dict[str
 
 def _layer_entries(model_config: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """Every layer entry of a model config, nested models' layers included."""
-    for layer in _layers(model_config):
+    for layer in config_layers(model_config):
         yield layer
         if layer.get("class_name") in MODEL_CLASSES:
             yield from _layer_entries(layer)
@@ -522,7 +524,7 @@ def _set_keras_weights(path: Path, levels: list[_Level], template: Any,
     for level in levels:
         used: dict[str, int] = {}
         paths = {}
-        for entry in _layers(level.config):
+        for entry in config_layers(level.config):
             snake = _unique(to_snake_case(_normalized(entry)["class_name"]), used)
             paths[_name(entry)] = f"{prefix}layers/{snake}"
         for entry in level.after:
