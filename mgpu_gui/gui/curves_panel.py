@@ -163,6 +163,11 @@ class CurvesPanel(QWidget):
         self._grid = QGridLayout()
         self._grid.setSpacing(4)
         self._build_fixed_plots()
+        self._placeholder = QLabel("Loss, accuracy and every other compiled metric appear here "
+                                   "as training runs (Train: Ctrl+Return).")
+        self._placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self._placeholder.setWordWrap(True)
+        self._placeholder.setAccessibleName("No curves yet")
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addLayout(self._controls)
@@ -189,6 +194,8 @@ class CurvesPanel(QWidget):
             self._grid.removeWidget(plot.widget)
             plot.widget.deleteLater()
         self._plots, self._families = {}, []
+        self._grid.addWidget(self._placeholder, 0, 0)
+        self._placeholder.show()
         self._lr_plot.setXLink(None)
         for curve in (self._lr_curve, self._rate_curve):
             curve.setData([], [])
@@ -362,6 +369,8 @@ class CurvesPanel(QWidget):
         self._best_dirty = True
 
     def _relayout(self) -> None:
+        self._grid.removeWidget(self._placeholder)
+        self._placeholder.hide()
         columns = max(2, min(3, len(self._families)))
         for index, family in enumerate(self._families):
             self._grid.addWidget(self._plots[family].widget, index // columns, index % columns)
