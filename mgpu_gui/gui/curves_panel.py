@@ -96,7 +96,8 @@ class _FamilyPlot:
     """The plot of one metric family and its curves, by series name."""
 
     widget: pg.PlotWidget
-    curves: dict[str, pg.PlotDataItem] = field(default_factory=dict)
+    curves: dict[str, pg.PlotDataItem] = field(default_factory=dict)  # by series name
+    roles: dict[str, pg.PlotDataItem] = field(default_factory=dict)  # batch, smoothed, ...
     best_marker: pg.PlotDataItem | None = None
     best_line: pg.InfiniteLine | None = None
 
@@ -163,11 +164,8 @@ class CurvesPanel(QWidget):
         self._grid = QGridLayout()
         self._grid.setSpacing(4)
         self._build_fixed_plots()
-        self._placeholder = QLabel("Loss, accuracy and every other compiled metric appear here "
-                                   "as training runs (Train: Ctrl+Return).")
-        self._placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self._placeholder.setWordWrap(True)
-        self._placeholder.setAccessibleName("No curves yet")
+        # Empty Loss and Accuracy frames until data arrive; the first families take them.
+        self._spares = [self._make_shell("Loss"), self._make_shell("Accuracy")]
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addLayout(self._controls)
@@ -190,13 +188,19 @@ class CurvesPanel(QWidget):
         self._best_epoch: int | None = None
         self._best_metric: str | None = None
         self._best_dirty = True
-        for plot in self._plots.values():
+        for family in self._families:  # back to the spares: built and painted already
+            plot = self._plots[family]
             self._grid.removeWidget(plot.widget)
-            plot.widget.deleteLater()
+            plot.widget.setXLink(None)
+            for curve in plot.roles.values():
+                curve.setData([], [])
+            for best_item in (plot.best_line, plot.best_marker):
+                best_item.setVisible(False)
+            plot.curves = {}
+            self._spares.append(plot)
         self._plots, self._families = {}, []
-        self._grid.addWidget(self._placeholder, 0, 0)
-        self._placeholder.show()
         self._lr_plot.setXLink(None)
+        self._relayout()
         for curve in (self._lr_curve, self._rate_curve):
             curve.setData([], [])
         self._rate_plot.setTitle("Throughput (samples/s)", color="#222", size="10pt")
@@ -315,35 +319,37 @@ class CurvesPanel(QWidget):
             widget.setAccessibleName(name)
             widget.setMaximumHeight(220)
 
-    def _add_family(self, family: str) -> None:
+    def _make_shell(self, title: str = "") -> _FamilyPlot:
+        """A plot with its four curves and best-epoch items, not yet bound to a family.
+
+        Building a PlotWidget and painting it the first time are the costliest GUI work of
+        a run (py-spy); spare shells are built and shown empty before the run starts.
+        """
         widget = pg.PlotWidget()
-        widget.setAccessibleName(f"{_title(family)} plot")
-        _style_plot(widget, family)
-        widget.setTitle(_title(family), color="#222", size="11pt")
+        _style_plot(widget, title.lower())
+        widget.setTitle(title, color="#222", size="11pt")
         widget.setLabel("bottom", X_LABELS[self._x_axis], color="#222")
         item = widget.getPlotItem()
-        item.setLogMode(y=self._log_y)
         plot = _FamilyPlot(widget)
         train = pg.QtGui.QColor(TRAIN)
         faint = pg.QtGui.QColor(train)
         faint.setAlpha(70)
         specs = [
-            (family, _batch_curve(pg.mkPen(faint, width=1)), "train (batch)"),
-            (f"{family}:smoothed", _batch_curve(pg.mkPen(train, width=2)), "train (smoothed)"),
-            (f"{family}:epoch", pg.PlotDataItem(
+            ("batch", _batch_curve(pg.mkPen(faint, width=1)), "train (batch)"),
+            ("smoothed", _batch_curve(pg.mkPen(train, width=2)), "train (smoothed)"),
+            ("epoch", pg.PlotDataItem(
                 pen=pg.mkPen(train, width=1, style=Qt.PenStyle.DashLine), symbol="o",
                 symbolSize=6, symbolBrush=train, symbolPen=None), "train (epoch)"),
-            (f"val_{family}", pg.PlotDataItem(
+            ("val", pg.PlotDataItem(
                 pen=pg.mkPen(VAL, width=2.5), symbol="o", symbolSize=7, symbolBrush=VAL,
                 symbolPen=None), "validation"),
         ]
-        for name, curve, label in specs:
+        for role, curve, label in specs:
             curve.opts["name"] = label
             item.addItem(curve)
-            if not name.startswith("val_") and not name.endswith(":epoch"):
+            if role in ("batch", "smoothed"):
                 _thin_when_dense(curve)
-            plot.curves[name] = curve
-            self._dirty.add(name)
+            plot.roles[role] = curve
         # The best epoch is its own one-point item, so no downsampling can thin it away.
         plot.best_line = pg.InfiniteLine(
             angle=90, pen=pg.mkPen(BEST, width=1, style=Qt.PenStyle.DashLine), label="",
@@ -357,6 +363,19 @@ class CurvesPanel(QWidget):
             best_item.setZValue(10)
             best_item.setVisible(False)
             item.addItem(best_item, ignoreBounds=best_item is plot.best_line)
+        return plot
+
+    def _add_family(self, family: str) -> None:
+        plot = self._spares.pop(0) if self._spares else self._make_shell()
+        widget = plot.widget
+        widget.setAccessibleName(f"{_title(family)} plot")
+        if widget.getPlotItem().titleLabel.text != _title(family):
+            widget.setTitle(_title(family), color="#222", size="11pt")
+            widget.setLabel("left", family, color="#222")
+        widget.getPlotItem().setLogMode(y=self._log_y)
+        plot.curves = {family: plot.roles["batch"], f"{family}:smoothed": plot.roles["smoothed"],
+                       f"{family}:epoch": plot.roles["epoch"], f"val_{family}": plot.roles["val"]}
+        self._dirty.update(plot.curves)
         if self._plots:
             widget.setXLink(next(iter(self._plots.values())).widget)
         else:
@@ -369,12 +388,17 @@ class CurvesPanel(QWidget):
         self._best_dirty = True
 
     def _relayout(self) -> None:
-        self._grid.removeWidget(self._placeholder)
-        self._placeholder.hide()
-        columns = max(2, min(3, len(self._families)))
-        for index, family in enumerate(self._families):
-            self._grid.addWidget(self._plots[family].widget, index // columns, index % columns)
-        last = (len(self._families) - 1) // columns + 1 if self._families else 0
+        shown = [self._plots[f].widget for f in self._families] or [
+            spare.widget for spare in self._spares[:2]]
+        for spare in self._spares:
+            if spare.widget not in shown:
+                self._grid.removeWidget(spare.widget)
+                spare.widget.hide()
+        columns = max(2, min(3, len(shown)))
+        for index, widget in enumerate(shown):
+            self._grid.addWidget(widget, index // columns, index % columns)
+            widget.show()
+        last = (len(shown) - 1) // columns + 1
         half = columns // 2
         self._grid.addWidget(self._lr_plot, last, 0, 1, half)
         self._grid.addWidget(self._rate_plot, last, half, 1, columns - half)
