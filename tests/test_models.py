@@ -19,7 +19,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 keras = pytest.importorskip("keras")
 tf = pytest.importorskip("tensorflow")
 
-from mgpu_gui.core import models  # noqa: E402
+from mgpu_gui.core import fit_check, models  # noqa: E402
 from mgpu_gui.core.config import RunConfig  # noqa: E402
 from mgpu_gui.core.errors import DataError, ModelError  # noqa: E402
 from mgpu_gui.core.modelfile import inspect_model_file  # noqa: E402
@@ -219,16 +219,23 @@ def test_loss_wants_onehot_and_label_conversion(strategy, files):
     model.compile("adam", "mse")
     assert models.loss_wants_onehot(model) is None
 
-    onehot, line = models.convert_labels(np.array([0, 2, 1]), True, 3)
+    def mapped(y, wants_onehot, kind):
+        relabel, line = models.label_mapper(wants_onehot, kind, 3)
+        if relabel is None:
+            return None, line
+        ds = tf.data.Dataset.from_tensor_slices((np.zeros((len(y), 2)), y)).map(relabel)
+        return np.stack([label.numpy() for _, label in ds]), line
+
+    onehot, line = mapped(np.array([0, 2, 1]), True, "sparse")
     np.testing.assert_array_equal(onehot, np.eye(3)[[0, 2, 1]])
     assert "to one-hot" in line
-    ints, line = models.convert_labels(onehot, False, 3)
+    ints, line = mapped(onehot.astype("float32"), False, "onehot")
     np.testing.assert_array_equal(ints, [0, 2, 1])
-    assert "to class indices" in line
-    same, line = models.convert_labels(np.array([0, 1]), False, 3)
-    assert line is None and same.tolist() == [0, 1]
-    with pytest.raises(DataError, match="range from 0 to 5"):
-        models.convert_labels(np.array([0, 5]), True, 3)
+    assert "to class ids" in line
+    same, line = mapped(np.array([0, 1]), False, "sparse")
+    assert line is None and same is None
+    with pytest.raises(DataError, match="labels go up to 5"):  # checked before any mapping
+        fit_check.check_label_range(3, 5, 3)
 
 
 def test_check_model_fits_data(strategy, files):

@@ -28,11 +28,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from mgpu_gui.core import fit_check
 from mgpu_gui.core.config import DEMO, RunConfig
-from mgpu_gui.core.errors import DataError, ModelError
+from mgpu_gui.core.errors import ModelError
 from mgpu_gui.core.modelfile import (
     ModelFileInfo,
     inspect_model_file,
@@ -423,23 +421,25 @@ def loss_wants_onehot(model: keras.Model) -> bool | None:
     return False if name in _SPARSE_LOSSES else None
 
 
-def convert_labels(y: np.ndarray, wants_onehot: bool | None,
-                   num_classes: int) -> tuple[np.ndarray, str | None]:
-    """Labels in the form the loss takes, and a log line when they had to change."""
-    y = np.asarray(y)
-    onehot = y.ndim == 2 and y.shape[1] == num_classes and num_classes > 1
-    if wants_onehot and not onehot:
-        ints = y.reshape(-1).astype(np.int64)
-        if ints.size and (ints.min() < 0 or ints.max() >= num_classes):
-            raise DataError(f"labels range from {ints.min()} to {ints.max()}, but there are "
-                            f"{num_classes} classes (0..{num_classes - 1}); check the labels.")
-        return (np.eye(num_classes, dtype=np.float32)[ints],
-                f"labels converted from class indices to one-hot ({num_classes} classes), "
-                "as the loss expects")
-    if wants_onehot is False and onehot:
-        return (np.argmax(y, axis=1).astype(np.int64),
-                "labels converted from one-hot to class indices, as the loss expects")
-    return y, None
+def label_mapper(wants_onehot: bool | None, label_kind: str, num_classes: int | None
+                 ) -> tuple[Callable[[Any, Any], Any] | None, str | None]:
+    """A tf.data map giving labels the form the loss takes, and a log line saying so.
+
+    (None, None) when they already fit. Integer labels for a one-hot loss (or the
+    reverse) are converted, not refused; their range is checked before, by
+    `fit_check.check_label_range`.
+    """
+    import tensorflow as tf
+
+    if wants_onehot is True and label_kind == "sparse" and num_classes:
+        return (lambda x, y: (x, tf.one_hot(tf.cast(tf.reshape(y, [-1])[0], tf.int32),
+                                            num_classes)),
+                f"The model's loss expects one-hot labels; converting integer labels "
+                f"to one-hot vectors of {num_classes} classes.")
+    if wants_onehot is False and label_kind == "onehot":
+        return (lambda x, y: (x, tf.argmax(y, axis=-1)),
+                "The model's loss expects integer labels; converting one-hot labels to class ids.")
+    return None, None
 
 
 def check_model_fits_data(model: keras.Model, input_shape: tuple[int, ...], num_classes: int,

@@ -148,7 +148,10 @@ def prepare(config: RunConfig, strategy: tf.distribute.Strategy, log) -> Trainin
     models.check_model_fits_data(model, prepared.input_shape, prepared.num_classes,
                                  prepared.label_max)
     _check_mirrored(model, strategy, log)
-    relabel = _label_mapper(model, prepared, log)
+    relabel, note = models.label_mapper(models.loss_wants_onehot(model), prepared.label_kind,
+                                        prepared.num_classes)
+    if note:
+        log(note)
     cache = data_mod.fits_in_memory(prepared.train_samples, prepared.input_shape)
 
     replicas = strategy.num_replicas_in_sync
@@ -189,20 +192,6 @@ def _check_mirrored(model: keras.Model, strategy: tf.distribute.Strategy, log) -
             f"only. Build the model inside build_model() rather than at import time of the .py.")
     log(f"All {len(variables)} model variables are mirrored across "
         f"{strategy.num_replicas_in_sync} replicas.")
-
-
-def _label_mapper(model: keras.Model, prepared: data_mod.PreparedData, log):
-    """Integer labels for a one-hot loss (or the reverse) are converted, not refused."""
-    wants_onehot = models.loss_wants_onehot(model)
-    classes = prepared.num_classes
-    if wants_onehot is True and prepared.label_kind == "sparse" and classes:
-        log(f"The model's loss expects one-hot labels; converting integer labels "
-            f"to one-hot vectors of {classes} classes.")
-        return lambda x, y: (x, tf.one_hot(tf.cast(tf.reshape(y, [-1])[0], tf.int32), classes))
-    if wants_onehot is False and prepared.label_kind == "onehot":
-        log("The model's loss expects integer labels; converting one-hot labels to class ids.")
-        return lambda x, y: (x, tf.argmax(y, axis=-1))
-    return None
 
 
 def _keras_callbacks(config: RunConfig, run_dir: RunDir, monitor: str,
