@@ -359,10 +359,9 @@ def _export_source(source: Path) -> Path:
         if not source.exists():
             raise UserError(f"{source} does not exist; give a run folder or a .keras/.h5 file.")
         return source
-    run = RunDir(source)
-    for candidate in (run.export_path("keras"), run.last_checkpoint):
-        if candidate.exists():
-            return candidate
+    model = RunDir(source).trained_model()
+    if model is not None:
+        return model
     raise UserError(f"{source} holds no trained model yet (no model.keras and no "
                     f"checkpoints/last.keras); finish at least one epoch first.")
 

@@ -44,6 +44,7 @@ import numpy as np
 
 from mgpu_gui.core.config import EXPORT_FORMATS
 from mgpu_gui.core.errors import ExportError
+from mgpu_gui.core.rundir import RunDir
 
 # Predictions must agree within this, scaled by the output's magnitude when it exceeds 1.
 TOLERANCE = 1e-5
@@ -54,7 +55,6 @@ _BATCH = 256  # forward passes in chunks so a large sample does not need one hug
 _ERROR_MARK = "MGPU-EXPORT-VERIFY-ERROR: "  # the child's last word on why loading failed
 _FILE_SUFFIXES = {"keras": (".keras",), "h5": (".h5", ".hdf5")}
 _MODEL_FILE_SUFFIXES = (".keras", ".h5", ".hdf5")
-_DEFAULT_NAMES = {"keras": "model.keras", "h5": "model.h5", "savedmodel": "model_savedmodel"}
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class ExportResult:
 def default_export_path(run_dir: Path, fmt: str) -> Path:
     """Where a run's export of `fmt` goes: `model.keras`, `model.h5`, `model_savedmodel/`."""
     _check_format(fmt)
-    return Path(run_dir) / _DEFAULT_NAMES[fmt]
+    return RunDir(Path(run_dir)).export_path(fmt)
 
 
 def classes_path_for(out: Path, fmt: str) -> Path:

@@ -68,6 +68,13 @@ class RunDir:
     def export_path(self, fmt: str) -> Path:
         return self.path / EXPORT_NAMES[fmt]
 
+    def trained_model(self) -> Path | None:
+        """The model a run stands for: its verified export, else its last complete epoch."""
+        for candidate in (self.export_path("keras"), self.last_checkpoint):
+            if candidate.exists():
+                return candidate
+        return None
+
     def read_config(self) -> RunConfig:
         return RunConfig.from_json(self.config_json.read_text())
 

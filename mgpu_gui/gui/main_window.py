@@ -33,7 +33,7 @@ from mgpu_gui.gui.error_banner import ErrorBanner
 from mgpu_gui.gui.exporter import ModelExporter, ask_export_target
 from mgpu_gui.gui.gpu_panel import GpuPanel
 from mgpu_gui.gui.log_panel import LogPanel
-from mgpu_gui.gui.progress_panel import ProgressPanel
+from mgpu_gui.gui.progress_panel import ProgressPanel, status_text
 from mgpu_gui.gui.run_controller import RunController, RunState
 from mgpu_gui.gui.run_setup import RunSetupPanel
 from mgpu_gui.gui.telemetry_source import TelemetrySource
@@ -178,10 +178,7 @@ class MainWindow(QMainWindow):
         self.progress.handle_event(event)
         self.log.append_event(event)
         if isinstance(event, RunStarted):
-            self.statusBar().showMessage(
-                f"{event.num_replicas} {'GPU' if event.device_kind == 'gpu' else 'CPU'} "
-                f"replica(s) · global batch {event.global_batch} "
-                f"({event.batch_per_replica} per replica)")
+            self.statusBar().showMessage(status_text(event, None))
         if isinstance(event, RunFailed):
             self.banner.show_error(event.message, event.traceback)
 
@@ -208,12 +205,7 @@ class MainWindow(QMainWindow):
 
     # -- export --------------------------------------------------------------
     def _export_source(self) -> Path | None:
-        if self.last_run is None:
-            return None
-        for candidate in (self.last_run.export_path("keras"), self.last_run.last_checkpoint):
-            if candidate.exists():
-                return candidate
-        return None
+        return self.last_run.trained_model() if self.last_run is not None else None
 
     def export_model(self) -> None:
         source = self._export_source()
