@@ -1,10 +1,11 @@
-"""A fake pynvml for telemetry and GPU-panel tests: GPUs whose readings tests change.
+"""A fake pynvml for device, telemetry and GPU-panel tests: GPUs whose readings tests change.
 
 Behaviour is set per GPU and per call: `gpu.errors["nvmlDeviceGetFanSpeed"] =
 "NVMLError_NotSupported"` makes that call fail on that GPU, `gpu.lost = True`
-makes every call on it (its handle included) raise GpuIsLost, and
-`module.before_call` (a callable taking the function name) runs before every
-device call, e.g. to block a poll or count calls.
+makes every call on it (its handle included) raise GpuIsLost, `gpu.mig` lists its
+MIG slots (None: MIG not supported), and `module.before_call` (a callable taking
+the function name) runs before every device call, e.g. to block a poll or count
+calls. `fake_nvml(count_error=...)` makes listing the GPUs fail.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ class FakeGpu:
     processes: list[tuple[int, int | None]] = field(default_factory=list)  # (pid, bytes)
     errors: dict[str, str] = field(default_factory=dict)  # function -> NVMLError_* name
     lost: bool = False
+    cc: tuple[int, int] = (9, 0)  # CUDA compute capability
+    mig: list[tuple[str, str, int] | None] | None = None  # slots: (uuid, name, bytes) or empty
 
 
 def two_gpus() -> list[FakeGpu]:
@@ -57,7 +60,8 @@ def two_gpus() -> list[FakeGpu]:
     ]
 
 
-def fake_nvml(gpus: list[FakeGpu] | None = None, init_error: str | None = None) -> ModuleType:
+def fake_nvml(gpus: list[FakeGpu] | None = None, init_error: str | None = None,
+              count_error: str | None = None) -> ModuleType:
     m = ModuleType("fake_pynvml")
     m.gpus = two_gpus() if gpus is None else gpus
     m.inits = 0
@@ -98,11 +102,25 @@ def fake_nvml(gpus: list[FakeGpu] | None = None, init_error: str | None = None) 
             fail(gpu.errors[function])
         return gpu
 
+    mig_reads: dict[str, Callable[[tuple[str, str, int]], Any]] = {
+        "nvmlDeviceGetName": lambda mig: mig[1],
+        "nvmlDeviceGetUUID": lambda mig: mig[0],
+        "nvmlDeviceGetMemoryInfo": lambda mig: SimpleNamespace(total=mig[2], used=0, free=mig[2]),
+    }
+
     def device(function: str, read: Callable[[FakeGpu], Any]) -> None:
         def call(handle: tuple, *args: Any) -> Any:
-            return read(gpu_of(function, handle))
+            gpu = gpu_of(function, handle)
+            if handle[0] == "mig":
+                return mig_reads[function](gpu.mig[handle[2]])
+            return read(gpu)
         call.__name__ = function
         setattr(m, function, call)
+
+    def count() -> int:
+        if count_error:
+            fail(count_error)
+        return len(m.gpus)
 
     def handle_by_index(index: int) -> tuple:
         if index >= len(m.gpus):
@@ -115,19 +133,28 @@ def fake_nvml(gpus: list[FakeGpu] | None = None, init_error: str | None = None) 
         return [SimpleNamespace(pid=pid, usedGpuMemory=used) for pid, used in gpu.processes]
 
     def mig_mode(gpu: FakeGpu) -> Any:
-        fail("NVMLError_NotSupported")
+        if gpu.mig is None:
+            fail("NVMLError_NotSupported")
+        return (1, 1)
+
+    def mig_handle(handle: tuple, slot: int) -> tuple:
+        if m.gpus[handle[1]].mig[slot] is None:
+            fail("NVMLError_NotFound")  # what NVML says for an empty slot
+        return ("mig", handle[1], slot)
 
     m.nvmlInit = init
     m.nvmlShutdown = shutdown
     m.nvmlSystemGetDriverVersion = lambda: "550.54.15"
     m.nvmlSystemGetCudaDriverVersion = lambda: 12040
-    m.nvmlDeviceGetCount = lambda: len(m.gpus)
+    m.nvmlDeviceGetCount = count
     m.nvmlDeviceGetHandleByIndex = handle_by_index
+    m.nvmlDeviceGetMigDeviceHandleByIndex = mig_handle
     device("nvmlDeviceGetName", lambda g: g.name)
     device("nvmlDeviceGetUUID", lambda g: g.uuid)
     device("nvmlDeviceGetPciInfo", lambda g: SimpleNamespace(busId=g.bus))
-    device("nvmlDeviceGetCudaComputeCapability", lambda g: (9, 0))
+    device("nvmlDeviceGetCudaComputeCapability", lambda g: g.cc)
     device("nvmlDeviceGetMigMode", mig_mode)
+    device("nvmlDeviceGetMaxMigDeviceCount", lambda g: len(g.mig or []))
     device("nvmlDeviceGetMemoryInfo", lambda g: SimpleNamespace(
         total=g.memory_total, used=g.memory_used, free=g.memory_total - g.memory_used))
     device("nvmlDeviceGetUtilizationRates",

@@ -6,8 +6,6 @@ import ctypes.util
 import json
 import sys
 import threading
-from dataclasses import dataclass, field
-from types import ModuleType, SimpleNamespace
 
 import pytest
 
@@ -23,129 +21,17 @@ from mgpu_gui.core.devices import (
     query_inventory,
 )
 from mgpu_gui.core.errors import DeviceError
+from tests.fake_nvml import UUID0, UUID1, FakeGpu, GiB, fake_nvml
 
-GiB = 2**30
-UUID0 = "GPU-11111111-1111-1111-1111-111111111111"
-UUID1 = "GPU-22222222-2222-2222-2222-222222222222"
 MIG_A = "MIG-aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa"
 MIG_B = "MIG-bbbbbbbb-bbbb-bbbb-bbbb-bbbbbbbbbbbb"
 
 
-# -- a fake pynvml ---------------------------------------------------------------
-
-
-@dataclass
-class FakeGpu:
-    name: str
-    uuid: str
-    bus: bytes
-    memory: int
-    cc: tuple[int, int] = (9, 0)
-    mig: list[tuple[str, str, int] | None] | None = None  # None: MIG not supported
-    broken: set[str] = field(default_factory=set)  # functions raising NotSupported
-
-
-ERRORS = {  # pynvml's names and codes
-    "NVMLError_NotSupported": 3, "NVMLError_NoPermission": 4, "NVMLError_NotFound": 6,
-    "NVMLError_DriverNotLoaded": 9, "NVMLError_LibraryNotFound": 12,
-    "NVMLError_GpuIsLost": 15, "NVMLError_LibRmVersionMismatch": 25,
-    "NVMLError_Unknown": 999,
-}
-
-
-def fake_nvml(gpus: list[FakeGpu], init_error: str | None = None,
-              count_error: str | None = None, lost: set[int] = frozenset()) -> ModuleType:
-    m = ModuleType("fake_pynvml")
-    m.NVML_DEVICE_MIG_ENABLE = 1
-    m.inits = 0
-    m.shutdowns = 0
-
-    class NVMLError(Exception):
-        value = 999
-
-        def __str__(self) -> str:
-            return type(self).__name__.removeprefix("NVMLError_")
-
-    m.NVMLError = NVMLError
-    for name, code in ERRORS.items():
-        setattr(m, name, type(name, (NVMLError,), {"value": code}))
-
-    def fail(name: str) -> None:
-        raise getattr(m, name)()
-
-    def init() -> None:
-        m.inits += 1
-        if init_error:
-            fail(init_error)
-
-    def shutdown() -> None:
-        m.shutdowns += 1
-
-    def count() -> int:
-        if count_error:
-            fail(count_error)
-        return len(gpus)
-
-    def handle(index: int) -> tuple:
-        if index in lost:
-            fail("NVMLError_GpuIsLost")
-        return ("gpu", index)
-
-    def field_of(getter):  # device functions, on GPU and MIG handles
-        def call(h: tuple):
-            gpu = gpus[h[1]]
-            if getter.__name__ in gpu.broken:
-                fail("NVMLError_NotSupported")
-            if h[0] == "mig":
-                return getter(gpu, gpu.mig[h[2]])
-            return getter(gpu, None)
-        call.__name__ = getter.__name__
-        return call
-
-    def nvmlDeviceGetName(gpu, mig):
-        return mig[1] if mig else gpu.name
-
-    def nvmlDeviceGetUUID(gpu, mig):
-        return mig[0] if mig else gpu.uuid
-
-    def nvmlDeviceGetPciInfo(gpu, mig):
-        return SimpleNamespace(busId=gpu.bus)  # bytes, as in a ctypes struct
-
-    def nvmlDeviceGetMemoryInfo(gpu, mig):
-        return SimpleNamespace(total=mig[2] if mig else gpu.memory, used=0, free=0)
-
-    def nvmlDeviceGetCudaComputeCapability(gpu, mig):
-        return gpu.cc
-
-    def nvmlDeviceGetMigMode(gpu, mig):
-        if gpu.mig is None:
-            fail("NVMLError_NotSupported")
-        return (1, 1)
-
-    def nvmlDeviceGetMaxMigDeviceCount(gpu, mig):
-        return len(gpu.mig or [])
-
-    def mig_handle(h: tuple, slot: int) -> tuple:
-        if gpus[h[1]].mig[slot] is None:
-            fail("NVMLError_NotFound")  # what NVML says for an empty slot
-        return ("mig", h[1], slot)
-
-    m.nvmlInit = init
-    m.nvmlShutdown = shutdown
-    m.nvmlSystemGetDriverVersion = lambda: "550.54.15"
-    m.nvmlSystemGetCudaDriverVersion = lambda: 12040
-    m.nvmlDeviceGetCount = count
-    m.nvmlDeviceGetHandleByIndex = handle
-    m.nvmlDeviceGetMigDeviceHandleByIndex = mig_handle
-    for getter in (nvmlDeviceGetName, nvmlDeviceGetUUID, nvmlDeviceGetPciInfo,
-                   nvmlDeviceGetMemoryInfo, nvmlDeviceGetCudaComputeCapability,
-                   nvmlDeviceGetMigMode, nvmlDeviceGetMaxMigDeviceCount):
-        setattr(m, getter.__name__, field_of(getter))
-    return m
-
-
-def h100(uuid: str = UUID0, bus: bytes = b"00000000:17:00.0", **kw) -> FakeGpu:
-    return FakeGpu("NVIDIA H100 80GB HBM3", uuid, bus, 80 * GiB, **kw)
+def h100(uuid: str = UUID0, bus: bytes = b"00000000:17:00.0",
+         broken: set[str] = frozenset(), **kw) -> FakeGpu:
+    """An H100 whose `broken` functions raise NotSupported."""
+    return FakeGpu(uuid=uuid, bus=bus, errors=dict.fromkeys(broken, "NVMLError_NotSupported"),
+                   **kw)
 
 
 def two_gpus() -> list[FakeGpu]:
@@ -237,7 +123,9 @@ def test_unsupported_fields_become_not_available():
 
 
 def test_lost_gpu_keeps_its_index():
-    inv = query_inventory(fake_nvml(two_gpus(), lost={0}))
+    gpus = two_gpus()
+    gpus[0].lost = True
+    inv = query_inventory(fake_nvml(gpus))
     assert inv.gpus[0] == GpuInfo(0, None, None, None, None, None)
     assert inv.gpus[1].uuid == UUID1
 
