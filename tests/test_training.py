@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mgpu_gui.core import checkpoints as ckpt
 from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig
 from mgpu_gui.core.devices import GpuInventory, NvmlState
 from mgpu_gui.core.events import (
@@ -114,7 +115,30 @@ def test_trains_on_replicas_with_a_partial_last_batch(hosts, files, tmp_path, re
     assert only(events, RunFinished)[0].status is RunStatus.COMPLETED
     exported = only(events, ModelExported)[0]
     assert exported.verified and Path(exported.path).exists()
+    assert_one_backup_file(run_dir, 4)
     LOSSES[replicas] = losses
+
+
+def assert_one_backup_file(run_dir: RunDir, epochs: int) -> None:
+    """One model file per epoch: the backup's, which last.keras links to; no temp files."""
+    state = ckpt.read_backup(run_dir.backup)
+    assert state == ckpt.BackupState(epochs, run_dir.backup / ckpt.backup_model_name(epochs))
+    assert sorted(p.name for p in run_dir.backup.iterdir()) == [
+        ckpt.backup_model_name(epochs), ckpt.METADATA_NAME]
+    assert run_dir.last_checkpoint.samefile(state.model)
+    assert run_dir.best_checkpoint.is_file()
+    assert not ckpt.temp_files(run_dir.path)
+
+
+def optimizer_steps(path: Path) -> int:
+    """The optimizer's step count stored in a `.keras` file (its first variable)."""
+    import zipfile
+
+    import h5py
+
+    with zipfile.ZipFile(path) as archive, archive.open("model.weights.h5") as raw, \
+            h5py.File(raw, "r") as weights:
+        return int(weights["optimizer/vars/0"][()])
 
 
 def test_same_global_batch_and_seed_give_the_same_losses():
@@ -143,6 +167,8 @@ def test_stop_mid_epoch_leaves_resumable_backup_and_no_partial_epoch(hosts, file
     assert [e.epoch for e in only(events, EpochEnd)] == [0]
     assert {e.epoch for e in only(events, CheckpointSaved)} == {0}
     assert run_dir.backup_epoch() == 1
+    assert_one_backup_file(run_dir, 1)
+    assert optimizer_steps(run_dir.last_checkpoint) == 7  # the partial epoch is not saved
     with open(run_dir.history_csv) as f:
         assert [row["epoch"] for row in csv.DictReader(f)] == ["0"]
     assert not run_dir.export_path("keras").exists()
@@ -156,6 +182,68 @@ def test_stop_mid_epoch_leaves_resumable_backup_and_no_partial_epoch(hosts, file
     assert recorded == [0, 1, 2, 3, 4]  # no epoch lost or counted twice
     with open(run_dir.history_csv) as f:
         assert [row["epoch"] for row in csv.DictReader(f)] == ["0", "1", "2", "3", "4"]
+    assert_one_backup_file(run_dir, 5)
+    # The optimizer's state came back too: 5 epochs x 7 steps, not 4 x 7 from a fresh one.
+    assert optimizer_steps(run_dir.last_checkpoint) == 35
+
+
+def test_crash_before_the_backup_commit_resumes_from_the_previous_epoch(tmp_path, monkeypatch):
+    """A crash after an epoch's model file, before its metadata: the resume redoes it."""
+    import keras
+
+    from mgpu_gui.core.callbacks import CommitBackup, EpochCheckpoints
+
+    backup, last, best = (tmp_path / "backup", tmp_path / "checkpoints" / "last.keras",
+                          tmp_path / "checkpoints" / "best.keras")
+    rng = np.random.default_rng(1)
+    x, y = rng.normal(size=(32, 8)).astype("float32"), rng.integers(0, 3, size=32)
+
+    def model() -> keras.Model:
+        made = keras.Sequential([keras.Input((8,)), keras.layers.Dense(3, activation="softmax")])
+        made.compile(keras.optimizers.Adam(0.01), "sparse_categorical_crossentropy")
+        return made
+
+    def callbacks(*extra) -> list:
+        saver = EpochCheckpoints(backup, last, best, monitor="loss", best_so_far=None)
+        return [saver, *extra, CommitBackup(saver)]
+
+    first = model()
+    first.fit(x, y, batch_size=8, epochs=1, callbacks=callbacks(), verbose=0)  # 4 steps
+    after_one = [w.copy() for w in first.get_weights()]
+
+    def crash(path: Path, text: str) -> None:
+        raise RuntimeError("simulated crash before the metadata write")
+
+    monkeypatch.setattr(ckpt, "write_text_atomically", crash)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        first.fit(x, y, batch_size=8, epochs=2, initial_epoch=1, callbacks=callbacks(),
+                  verbose=0)
+    monkeypatch.undo()
+    # A writer killed mid-write leaves its temporary files behind.
+    (backup / ".epoch-0002.tmp-99999.keras").write_bytes(b"PK\x03\x04 torn")
+    (backup / ".training_metadata.tmp-99999.json").write_text('{"epoch": 2')
+
+    state = ckpt.read_backup(backup)
+    assert state == ckpt.BackupState(1, backup / "epoch-0001.keras")
+    assert RunDir(tmp_path).backup_epoch() == 1
+    assert (backup / "epoch-0002.keras").is_file()  # complete, but not committed
+    assert last.samefile(backup / "epoch-0002.keras")
+
+    class Probe(keras.callbacks.Callback):
+        def on_train_begin(self, logs=None):
+            self.steps = int(self.model.optimizer.iterations.numpy())
+            self.weights = self.model.get_weights()
+
+    probe = Probe()
+    resumed = model()
+    resumed.fit(x, y, batch_size=8, epochs=2, initial_epoch=RunDir(tmp_path).backup_epoch(),
+                callbacks=callbacks(probe), verbose=0)
+    assert probe.steps == 4  # the optimizer's state came back with the weights
+    assert all(np.array_equal(a, b) for a, b in zip(probe.weights, after_one, strict=True))
+    assert ckpt.read_backup(backup) == ckpt.BackupState(2, backup / "epoch-0002.keras")
+    assert sorted(p.name for p in backup.iterdir()) == ["epoch-0002.keras", ckpt.METADATA_NAME]
+    assert not ckpt.temp_files(tmp_path)
+    assert optimizer_steps(last) == 8
 
 
 @pytest.fixture(scope="session")
@@ -218,3 +306,59 @@ def test_nan_loss_fails_clearly_and_saves_no_nan_weights(hosts, files, tmp_path)
 
         model = keras.saving.load_model(run_dir.last_checkpoint, compile=False)
         assert all(np.isfinite(w).all() for w in model.get_weights())
+
+
+def test_failures_outside_a_fault_test_are_explained(tmp_path):
+    """Messages for failures the CLI tests cannot cause here: OOM while building the
+    model, a full disk during the export, a folder turned read-only mid-training, and
+    TensorFlow's own writes reporting a full disk as RESOURCE_EXHAUSTED."""
+    import errno
+
+    import tensorflow as tf
+
+    from mgpu_gui.core.callbacks import EpochTracker
+    from mgpu_gui.core.device_plan import DevicePlan
+    from mgpu_gui.core.errors import ExportError, OutputError
+    from mgpu_gui.core.failures import (
+        ExportDiskFullError,
+        OutOfMemoryError,
+        Stage,
+        Where,
+        explain_failure,
+    )
+
+    run_dir = RunDir(tmp_path)
+    plan = DevicePlan(kind=DeviceKind.GPU, replicas=2, names=["GPU 0: Test", "GPU 1: Test"])
+    where = Where(RunConfig(batch_per_replica=1), run_dir, plan, replicas=2)
+    oom = tf.errors.ResourceExhaustedError(None, None, "OOM when allocating tensor\nmore")
+    explained = explain_failure(oom, where)
+    assert isinstance(explained, OutOfMemoryError)
+    assert str(explained) == (
+        "Out of memory while building the model on the 2 GPUs in use (GPU 0: Test; GPU 1: "
+        "Test), with a batch of 1 per replica (global batch 2 = 1 x 2 replicas). The batch "
+        "per replica is already 1: use a smaller model, or devices with more memory. "
+        "TensorFlow said: OOM when allocating tensor")
+
+    where.stage, where.export_format, where.epochs_done = Stage.EXPORT, "h5", 3
+    full = ExportError("Could not write the h5 export")
+    full.__cause__ = OSError(errno.ENOSPC, "No space left on device")
+    explained = explain_failure(full, where)
+    assert isinstance(explained, ExportDiskFullError) and isinstance(explained, ExportError)
+    assert "a write failed while writing the h5 export (No space left on device)" in str(
+        explained)
+    assert f"mgpu-train export {tmp_path} -o {tmp_path / 'model.h5'}" in str(explained)
+
+    where.stage, where.steps, where.tracker = Stage.TRAINING, 5, EpochTracker(5)
+    where.tracker.batch_begun(0, 1)
+    unreadable = OSError(errno.EACCES, "Permission denied", "/elsewhere/data.npz")
+    assert explain_failure(unreadable, where).__class__.__name__ == "ModelCodeError"
+    read_only = OSError(errno.EROFS, "Read-only file system", str(tmp_path / "history.csv"))
+    explained = explain_failure(read_only, where)
+    assert type(explained) is OutputError
+    assert str(explained).startswith(
+        f"Cannot write to the run folder {tmp_path}: Read-only file system (a write failed in "
+        f"epoch 1 at step 2 of 5). No epoch was completed")
+
+    tensorboard = tf.errors.ResourceExhaustedError(
+        None, None, "/runs/x/tensorboard/events.out; No space left on device")
+    assert "is full" in str(explain_failure(tensorboard, where))

@@ -8,6 +8,12 @@ Two facts of Keras 3.15's `fit` shape this module:
 - Batch-end hooks run on a thread pool (no device sync on the training thread)
   only when every callback is `async_safe` or leaves its batch hooks unset. The
   callbacks here are async-safe, so `mgpu-train` trains as fast as a bare `fit`.
+  Batch-begin hooks always run on the training thread, in order, so they tell
+  exactly which step was running when `fit` raised.
+
+Checkpoints are ours, not Keras' (`ModelCheckpoint` writes in place, and
+`BackupAndRestore` stores weights and metadata in two files a crash can part):
+`EpochCheckpoints` and `CommitBackup` write them crash-safely, see checkpoints.py.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from pathlib import Path
 
 import keras
 
+from mgpu_gui.core import checkpoints as ckpt
 from mgpu_gui.core.events import BatchEnd, CheckpointSaved, EpochEnd, EventSink
 
 
@@ -30,6 +37,10 @@ class EpochTracker:
         self.steps_per_epoch = steps_per_epoch
         self._done: dict[int, int] = {}
         self._lock = threading.Lock()
+        self.position: tuple[int, int] | None = None  # (epoch, batch) last begun, 0-based
+
+    def batch_begun(self, epoch: int, batch: int) -> None:
+        self.position = (epoch, batch)
 
     def batch_done(self, epoch: int, batch: int) -> None:
         with self._lock:
@@ -79,6 +90,99 @@ class CompleteEpochsOnly(keras.callbacks.Callback):
             self.inner.on_epoch_end(epoch, logs)
 
 
+class NonFiniteWeights(RuntimeError):
+    """The weights became NaN or infinite though the loss stayed finite; nothing was saved."""
+
+    def __init__(self, epoch: int):
+        super().__init__(f"non-finite weights after epoch {epoch + 1}")
+        self.epoch = epoch
+
+
+class EpochCheckpoints(keras.callbacks.Callback):
+    """Restores the backup when training begins; saves each complete epoch crash-safely.
+
+    At an epoch's end (wrap in `CompleteEpochsOnly`): the full model (weights and
+    optimizer state) goes to `backup/epoch-NNNN.keras`, and `last` (and `best` when
+    the monitored value improved) become hard links to it. The epoch is committed
+    to the backup later, by `CommitBackup`, after its records were written.
+    """
+
+    async_safe = True
+
+    def __init__(self, backup: Path, last: Path, best: Path, *, monitor: str,
+                 best_so_far: float | None):
+        super().__init__()
+        self.backup, self.last, self.best = backup, last, best
+        self.monitor = monitor
+        self.best_value = math.inf if best_so_far is None else best_so_far
+        self.saved: dict[int, list[tuple[str, Path]]] = {}  # epoch -> (kind, path), for events
+        self.writing: int | None = None  # the epoch being saved, for error messages
+
+    def on_train_begin(self, logs=None):
+        for folder in (self.backup, self.last.parent, self.best.parent):
+            ckpt.remove_temp_files(folder)
+        state = ckpt.read_backup(self.backup)
+        if state is None or state.epoch == 0:
+            return
+        if state.model is None or not state.model.is_file():
+            raise ckpt.BackupError(
+                f"The backup in {self.backup} says {state.epoch} epoch(s) are done but the "
+                f"model file it names ({state.model or 'none'}) is missing, so the run cannot "
+                f"resume. Start a new run; checkpoints/last.keras, if present, holds the last "
+                f"completed epoch.")
+        optimizer = self.model.optimizer
+        if optimizer is not None and not optimizer.built:
+            with self.model.distribute_strategy.scope():
+                optimizer.build(self.model.trainable_variables)
+        try:
+            # From a `.keras` file this restores the optimizer's state too (its step
+            # count, moments and learning rate), not only the weights.
+            self.model.load_weights(state.model)
+        except Exception as error:  # Keras raises many types for a bad file
+            raise ckpt.BackupError(
+                f"The backup of epoch {state.epoch} ({state.model}) cannot be read: "
+                f"{type(error).__name__}: {error}. Start a new run.") from error
+        ckpt.prune_backup(self.backup, state.model)  # epochs saved but never committed
+
+    def on_epoch_end(self, epoch, logs=None):
+        if not _all_finite(self.model):
+            raise NonFiniteWeights(epoch)
+        self.writing = epoch
+        model_file = ckpt.write_backup_model(self.backup, epoch + 1, self.model.save)
+        self.last.parent.mkdir(parents=True, exist_ok=True)
+        ckpt.link_atomically(model_file, self.last)
+        saved = [("last", self.last)]
+        value = (logs or {}).get(self.monitor)
+        if value is not None and float(value) < self.best_value:  # NaN never improves
+            self.best_value = float(value)
+            ckpt.link_atomically(model_file, self.best)
+            saved.insert(0, ("best", self.best))
+        self.saved[epoch] = saved
+        self.writing = None
+
+    def commit(self, epoch: int) -> None:
+        self.writing = epoch
+        ckpt.commit_backup(self.backup, epoch + 1)
+        self.writing = None
+
+
+class CommitBackup(keras.callbacks.Callback):
+    """Commits an epoch's backup after its records; put it last (wrap in CompleteEpochsOnly).
+
+    Until then a resume would redo the epoch, so a crash while its event or CSV
+    row is written never leaves a hole in the run's history.
+    """
+
+    async_safe = True
+
+    def __init__(self, checkpoints: EpochCheckpoints):
+        super().__init__()
+        self.checkpoints = checkpoints
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.checkpoints.commit(epoch)
+
+
 class NanGuard(keras.callbacks.TerminateOnNaN):
     """`TerminateOnNaN(raise_error=True)`, async-safe: the error surfaces one batch
     later on the training thread, before any epoch-end save can run."""
@@ -104,7 +208,7 @@ class EventCallback(keras.callbacks.Callback):
         monitor: str,
         batch_interval_s: float,
         stop_requested: Callable[[], bool],
-        checkpoints: dict[str, Path],
+        checkpoints: EpochCheckpoints | None = None,
     ):
         super().__init__()
         self.sink = sink
@@ -124,16 +228,12 @@ class EventCallback(keras.callbacks.Callback):
         self._last_emit = 0.0
         self._last_emit_step = 0
         self._last_batch_time = 0.0
-        self._mtimes: dict[str, float] = {}
 
     def learning_rate(self) -> float | None:
         try:
             return float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate))
         except (AttributeError, TypeError, ValueError):
             return None
-
-    def on_train_begin(self, logs=None):
-        self._mtimes = {kind: _mtime(path) for kind, path in self.checkpoints.items()}
 
     def on_epoch_begin(self, epoch, logs=None):
         with self._lock:
@@ -142,6 +242,9 @@ class EventCallback(keras.callbacks.Callback):
             self._last_emit_step = 0
         if self.stop_requested():
             self.model.stop_training = True
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.tracker.batch_begun(self.last_epoch_seen or 0, batch)
 
     def on_train_batch_end(self, batch, logs=None):
         epoch = self.last_epoch_seen or 0
@@ -183,11 +286,17 @@ class EventCallback(keras.callbacks.Callback):
             samples_per_s=self.tracker.steps_per_epoch * self.global_batch / max(duration, 1e-9),
             duration_s=duration, learning_rate=self.learning_rate(), best=best,
         ))
-        for kind, path in self.checkpoints.items():
-            mtime = _mtime(path)
-            if mtime != self._mtimes.get(kind):
-                self._mtimes[kind] = mtime
-                self.sink.emit(CheckpointSaved(kind=kind, path=str(path), epoch=epoch))
+        saved = self.checkpoints.saved.pop(epoch, []) if self.checkpoints else []
+        for kind, path in saved:
+            self.sink.emit(CheckpointSaved(kind=kind, path=str(path), epoch=epoch))
+
+
+def _all_finite(model: keras.Model) -> bool:
+    """One device sync for all float weights. NanGuard watches the loss, but a NaN can hide
+    from it: with NaN inputs a ReLU layer's NaN kernel gives 0s, and the loss stays finite."""
+    checks = [keras.ops.all(keras.ops.isfinite(v.value)) for v in model.weights
+              if "float" in str(v.dtype)]
+    return not checks or bool(keras.ops.convert_to_numpy(keras.ops.all(keras.ops.stack(checks))))
 
 
 def _floats(logs: dict | None) -> dict[str, float]:
@@ -200,10 +309,3 @@ def _is_number(value: object) -> bool:
     except (TypeError, ValueError):
         return False
     return True
-
-
-def _mtime(path: Path) -> float:
-    try:
-        return path.stat().st_mtime_ns
-    except OSError:
-        return -1.0

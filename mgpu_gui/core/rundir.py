@@ -6,7 +6,6 @@ a future run store) can be rebuilt from it.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -14,9 +13,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from mgpu_gui.core.checkpoints import read_backup
 from mgpu_gui.core.config import DEMO, RunConfig
 from mgpu_gui.core.errors import OutputError
-from mgpu_gui.core.events import EpochEnd, Event, parse_event
+from mgpu_gui.core.events import (
+    EpochEnd,
+    Event,
+    RunFailed,
+    RunFinished,
+    RunStarted,
+    RunStatus,
+    parse_event,
+)
 
 EXPORT_NAMES = {"keras": "model.keras", "h5": "model.h5", "savedmodel": "model_savedmodel"}
 
@@ -90,23 +98,43 @@ class RunDir:
                 continue
         return found
 
+    def final_status(self) -> RunStatus | None:
+        """How the latest attempt ended, per its events (None: it has not ended)."""
+        for event in reversed(self.events()):
+            if isinstance(event, RunFinished):
+                return event.status
+            if isinstance(event, RunFailed):
+                return RunStatus.FAILED
+            if isinstance(event, RunStarted):
+                return None
+        return None
+
     def backup_epoch(self) -> int:
-        """Epochs already completed according to BackupAndRestore's metadata (0: fresh)."""
-        meta = self.backup / "training_metadata.json"
-        try:
-            return int(json.loads(meta.read_text())["epoch"])
-        except (OSError, ValueError, KeyError):
-            return 0
+        """Epochs already completed according to the backup's metadata (0: fresh).
+
+        The metadata is replaced atomically and only after the model file it
+        names is complete (see checkpoints.py), so this count can be trusted.
+        """
+        state = read_backup(self.backup)
+        return state.epoch if state is not None else 0
 
     def has_progress(self) -> bool:
         """True once any epoch finished: such a folder is never deleted on a failure."""
         return self.backup_epoch() > 0 or self.last_checkpoint.exists() or any(
             isinstance(e, EpochEnd) for e in self.events())
 
-    def previous_best(self, monitor: str) -> tuple[int, float] | None:
-        """The best epoch recorded before a resume, so a worse one is never called best."""
+    def previous_best(self, monitor: str,
+                      before_epoch: int | None = None) -> tuple[int, float] | None:
+        """The best epoch recorded before a resume, so a worse one is never called best.
+
+        `before_epoch`: only epochs the resume keeps count (a crash can record an
+        epoch that its backup did not commit; the resume redoes it).
+        """
         best = None
         for event in self.events():
+            if before_epoch is not None and isinstance(event, EpochEnd) and (
+                    event.epoch >= before_epoch):
+                continue
             if isinstance(event, EpochEnd) and monitor in event.metrics:
                 value = event.metrics[monitor]
                 if best is None or value < best[1]:

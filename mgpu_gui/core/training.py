@@ -3,6 +3,10 @@
 Runs inside the worker process (or a test host) after the devices were set up;
 it reports only through events, so it knows nothing of pipes, Qt or terminals.
 TensorFlow is imported here at module level: import this module only there.
+
+Whatever fails inside (out of memory, a NaN loss, an exception in the model's
+code, a full disk) leaves as a `UserError` that says where it happened and
+what to do (`failures.py`); the completed epochs' backup is always kept.
 """
 
 from __future__ import annotations
@@ -13,12 +17,20 @@ from dataclasses import dataclass
 import keras
 import tensorflow as tf
 
+from mgpu_gui.core import checkpoints as ckpt
 from mgpu_gui.core import data as data_mod
-from mgpu_gui.core import models
-from mgpu_gui.core.callbacks import CompleteEpochsOnly, EpochTracker, EventCallback, NanGuard
+from mgpu_gui.core import faults, models
+from mgpu_gui.core.callbacks import (
+    CommitBackup,
+    CompleteEpochsOnly,
+    EpochCheckpoints,
+    EpochTracker,
+    EventCallback,
+    NanGuard,
+)
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.device_plan import DevicePlan
-from mgpu_gui.core.errors import ModelError, UserError
+from mgpu_gui.core.errors import ModelError
 from mgpu_gui.core.events import (
     Evaluated,
     EventSink,
@@ -29,11 +41,10 @@ from mgpu_gui.core.events import (
     RunStatus,
 )
 from mgpu_gui.core.export import export_model
+from mgpu_gui.core.failures import NonFiniteLossError, Stage, Where, explain_failure
 from mgpu_gui.core.rundir import RunDir
 
-
-class NonFiniteLossError(UserError):
-    """The loss became NaN or infinite; the weights of that step were not saved."""
+__all__ = ["NonFiniteLossError", "TrainingSetup", "prepare", "run_training"]
 
 
 @dataclass(frozen=True)
@@ -57,15 +68,35 @@ def run_training(
     sink: EventSink,
     stop: threading.Event,
 ) -> RunStatus:
-    """Train one run to its end (or a stop); exceptions are the caller's to report."""
+    """Train one run to its end (or a stop).
 
+    Failures that can be explained leave as UserErrors (see failures.py); any
+    other exception is the caller's to report.
+    """
+    where = Where(config, run_dir, plan, strategy.num_replicas_in_sync)
+    try:
+        return _run(config, run_dir, plan, strategy, cross_device_ops, sink, stop, where)
+    except Exception as error:
+        explained = explain_failure(error, where)
+        if explained is error:
+            raise
+        raise explained from error
+
+
+def _run(config: RunConfig, run_dir: RunDir, plan: DevicePlan, strategy: tf.distribute.Strategy,
+         cross_device_ops: str, sink: EventSink, stop: threading.Event, where: Where,
+         ) -> RunStatus:
     def log(message: str, level: str = "info") -> None:
         sink.emit(LogMessage(message=message, level=level))
 
+    fault = faults.from_env()  # test-only; None unless MGPU_GUI_FAULT is set
     if config.seed is not None:
         keras.utils.set_random_seed(config.seed)
     setup = prepare(config, strategy, log)
     model, prepared = setup.model, setup.data
+    # A .py builder's (or the demo's) size was unknown to the preflight.
+    ckpt.check_free_space(run_dir.path.parent, ckpt.space_needed(
+        int(model.count_params()) * 4 * ckpt.ADAM_FACTOR, len(config.export_formats)))
     replicas = strategy.num_replicas_in_sync
     steps = data_mod.steps(prepared.train_samples, setup.global_batch)
     dropped = data_mod.dropped_per_epoch(prepared.train_samples, setup.global_batch)
@@ -94,32 +125,32 @@ def run_training(
 
     tracker = EpochTracker(steps)
     monitor = "val_loss" if setup.val is not None else "loss"
+    # A resumed run keeps its best epoch among those the backup keeps.
+    previous = run_dir.previous_best(monitor, before_epoch=initial_epoch)
+    saver = EpochCheckpoints(run_dir.backup, run_dir.last_checkpoint, run_dir.best_checkpoint,
+                             monitor=monitor,
+                             best_so_far=previous[1] if previous is not None else None)
     events = EventCallback(
         sink, tracker, global_batch=setup.global_batch, epochs=config.epochs, monitor=monitor,
         batch_interval_s=config.batch_event_interval_s, stop_requested=stop.is_set,
-        checkpoints={"best": run_dir.best_checkpoint, "last": run_dir.last_checkpoint},
+        checkpoints=saver,
     )
-    previous = run_dir.previous_best(monitor)  # a resumed run keeps its best epoch
     if previous is not None:
         events.best_epoch, events.best_value = previous
-    keras_cbs = _keras_callbacks(config, run_dir, monitor,
-                                 previous[1] if previous is not None else None)
-    callbacks = [NanGuard(), *[CompleteEpochsOnly(cb, tracker) for cb in keras_cbs], events]
-    try:
-        model.fit(setup.train, validation_data=setup.val, epochs=config.epochs,
-                  steps_per_epoch=steps, initial_epoch=initial_epoch, callbacks=callbacks,
-                  shuffle=False,  # the dataset reshuffles itself each epoch
-                  verbose=0)
-    except RuntimeError as error:
-        if "NaN or Inf loss" not in str(error):
-            raise
-        epoch = events.last_epoch_seen or 0
-        raise NonFiniteLossError(
-            f"The loss became NaN or infinite in epoch {epoch + 1} "
-            f"(after batch {tracker.steps_done(epoch)}). Training stopped; checkpoints hold "
-            f"the last finite epoch. Lower the learning rate, check the data for NaN values, "
-            f"or enable gradient clipping in the model's optimizer."
-        ) from error
+    # Order matters at an epoch's end: the model file first, then the records (CSV,
+    # events), and the backup's metadata last (see checkpoints.py).
+    keras_cbs = [saver, *_keras_callbacks(config, run_dir, monitor)]
+    callbacks = [NanGuard(), *[CompleteEpochsOnly(cb, tracker) for cb in keras_cbs], events,
+                 CompleteEpochsOnly(CommitBackup(saver), tracker)]
+    if fault is not None:
+        log(f"Test-only fault injection is on: {faults.ENV_VAR}={fault}.", "warning")
+        callbacks.append(faults.fault_callback(fault, run_dir.path))
+    where.stage, where.steps, where.tracker, where.checkpoints = (
+        Stage.TRAINING, steps, tracker, saver)
+    model.fit(setup.train, validation_data=setup.val, epochs=config.epochs,
+              steps_per_epoch=steps, initial_epoch=initial_epoch, callbacks=callbacks,
+              shuffle=False,  # the dataset reshuffles itself each epoch
+              verbose=0)
 
     epochs_done = max(events.epochs_done, initial_epoch)
     last_seen = events.last_epoch_seen
@@ -131,9 +162,12 @@ def run_training(
     if stop.is_set() and epochs_done < config.epochs:
         return _finish(sink, RunStatus.STOPPED, epochs_done, events, "Stopped by request.")
 
+    where.epochs_done = epochs_done
     if setup.test is not None:
+        where.stage = Stage.EVALUATION
         _evaluate(model, setup, sink)
-    _export(config, run_dir, model, prepared, sink)
+    where.stage = Stage.EXPORT
+    _export(config, run_dir, model, prepared, sink, where)
     status = RunStatus.EARLY_STOPPED if epochs_done < config.epochs else RunStatus.COMPLETED
     return _finish(sink, status, epochs_done, events, "")
 
@@ -194,17 +228,9 @@ def _check_mirrored(model: keras.Model, strategy: tf.distribute.Strategy, log) -
         f"{strategy.num_replicas_in_sync} replicas.")
 
 
-def _keras_callbacks(config: RunConfig, run_dir: RunDir, monitor: str,
-                     best_so_far: float | None) -> list:
-    run_dir.checkpoints.mkdir(parents=True, exist_ok=True)
-    cbs: list = [
-        keras.callbacks.BackupAndRestore(str(run_dir.backup), delete_checkpoint=False),
-        keras.callbacks.ModelCheckpoint(str(run_dir.best_checkpoint), monitor=monitor,
-                                        save_best_only=True, verbose=0,
-                                        initial_value_threshold=best_so_far),
-        keras.callbacks.ModelCheckpoint(str(run_dir.last_checkpoint), verbose=0),
-        keras.callbacks.CSVLogger(str(run_dir.history_csv), append=True),
-    ]
+def _keras_callbacks(config: RunConfig, run_dir: RunDir, monitor: str) -> list:
+    """Keras' own per-epoch callbacks; checkpoints are ours (EpochCheckpoints)."""
+    cbs: list = [keras.callbacks.CSVLogger(str(run_dir.history_csv), append=True)]
     es, rl = config.early_stopping, config.reduce_lr
     if es.enabled:
         cbs.append(keras.callbacks.EarlyStopping(
@@ -236,8 +262,9 @@ def _evaluate(model: keras.Model, setup: TrainingSetup, sink: EventSink) -> None
 
 
 def _export(config: RunConfig, run_dir: RunDir, model: keras.Model,
-            prepared: data_mod.PreparedData, sink: EventSink) -> None:
+            prepared: data_mod.PreparedData, sink: EventSink, where: Where) -> None:
     for fmt in config.export_formats:
+        where.export_format = fmt
         result = export_model(model, run_dir.export_path(fmt), fmt,
                               sample_x=prepared.x_sample, class_names=prepared.class_names,
                               safe_mode=not config.allow_unsafe_code,

@@ -524,6 +524,10 @@ class RunSetupPanel(QWidget):
         file_problems, data_info = self._file_problems(config, problems)
         for field, message in file_problems.items():
             problems.setdefault(field, message)
+        if "output_dir" not in problems:  # writable, and room for the run's checkpoints
+            model = self.model_info if config.model != DEMO else None
+            problems.update(_attempt("output_dir",
+                                     lambda: preflight.check_output_disk(config, model)))
         return problems, data_info
 
     def _file_problems(self, config: RunConfig, known: dict[str, str]
@@ -555,10 +559,10 @@ class RunSetupPanel(QWidget):
             model_ok = config.model != DEMO and not ({"model"} & (set(known) | set(problems)))
             if model_ok:
                 problems.update(_attempt(None, lambda: preflight.check(
-                    config.replace(batch_per_replica=1), 1)))
+                    config.replace(batch_per_replica=1), 1, disk=False)))
             if not problems.keys() - {"model"}:
                 problems.update(_attempt("batch_per_replica", lambda: preflight.check(
-                    config.replace(model=DEMO), self._replicas)))
+                    config.replace(model=DEMO), self._replicas, disk=False)))
         self._file_cache = (key, problems, data_info)
         return problems, data_info
 

@@ -2,7 +2,7 @@
 
 In one run, alternating, on the same model, data, strategy (2 CPU replicas by
 default) and global batch:
-  A. `mgpu-train` as users run it: worker process, events, BackupAndRestore,
+  A. `mgpu-train` as users run it: worker process, events, the resume backup,
      best/last checkpoints, CSV log, NaN guard; figures read from events.jsonl.
   B. a plain `model.fit(..., verbose=0)` with no callbacks but an async-safe timer
      clocked like the engine's (so fit's batch dispatch stays asynchronous),
@@ -163,6 +163,7 @@ def main() -> None:
             "plain fit, per-epoch iterator": lambda: run_baseline(data, model, args, "per-epoch")}
     results: dict[str, dict[str, list[float]]] = {n: {"throughput": [], "wall": []} for n in arms}
     with tempfile.TemporaryDirectory() as tmp:
+        os.environ["MGPU_GUI_STORE"] = str(Path(tmp) / "runs.sqlite3")  # not the user's history
         data, model = make_inputs(Path(tmp), args.samples)
         for repeat in range(args.repeats):
             for name, arm in arms.items():

@@ -1,0 +1,141 @@
+"""TEST-ONLY fault injection: real failures at a chosen step of a running worker.
+
+    MGPU_GUI_FAULT=KIND@EPOCH:STEP     e.g. MGPU_GUI_FAULT=oom@2:3
+
+EPOCH and STEP count from 1 as a user does; the fault happens as that step
+begins. The tests set the variable for the CLI, whose worker inherits it;
+`run_training` adds the callback only when it is set. Never set it otherwise.
+
+Kinds:
+- `oom`: raises `tf.errors.ResourceExhaustedError` worded as TensorFlow's
+  allocator does ("OOM when allocating tensor with shape[...]").
+- `error`: raises a RuntimeError, as a bug in the model's own code would.
+- `abort`: `os.abort()`, a hard crash like TensorFlow's own aborts (SIGABRT).
+- `kill`: SIGKILL to the worker itself, as the kernel's OOM killer does.
+- `fill_disk`: fills the disk holding the run folder with a file next to it
+  (`<output folder>/.mgpu-fault-fill`) until the disk is full, then gives
+  back `FILL_RESERVE` bytes, so the worker's small writes (events, logs) still
+  succeed while the next model checkpoint, larger than that, meets ENOSPC: a
+  disk filled by something else while training ran.
+
+Parsing is TensorFlow-free; only the callback imports Keras.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from mgpu_gui.core.errors import UserError
+
+ENV_VAR = "MGPU_GUI_FAULT"
+FILL_NAME = ".mgpu-fault-fill"
+FILL_RESERVE = 64 * 1024
+_SPEC = re.compile(r"^\s*([a-z_]+)@(\d+):(\d+)\s*$")
+
+
+class FaultKind(StrEnum):
+    OOM = "oom"
+    ERROR = "error"
+    ABORT = "abort"
+    KILL = "kill"
+    FILL_DISK = "fill_disk"
+
+
+class FaultSpecError(UserError):
+    """The MGPU_GUI_FAULT value cannot be parsed."""
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: FaultKind
+    epoch: int  # 1-based
+    step: int  # 1-based
+
+    @classmethod
+    def parse(cls, text: str) -> Fault:
+        kinds = ", ".join(k.value for k in FaultKind)
+        match = _SPEC.match(text)
+        if match is None:
+            raise FaultSpecError(
+                f"{ENV_VAR}={text!r} is not KIND@EPOCH:STEP (e.g. oom@2:3; kinds: {kinds}). "
+                f"It is a test-only setting: unset it for real runs.")
+        kind, epoch, step = match.group(1), int(match.group(2)), int(match.group(3))
+        if kind not in {k.value for k in FaultKind}:
+            raise FaultSpecError(f"{ENV_VAR}={text!r}: unknown kind {kind!r}; use one of {kinds}.")
+        if epoch < 1 or step < 1:
+            raise FaultSpecError(f"{ENV_VAR}={text!r}: epoch and step count from 1.")
+        return cls(FaultKind(kind), epoch, step)
+
+    def __str__(self) -> str:
+        return f"{self.kind.value}@{self.epoch}:{self.step}"
+
+
+def from_env(environ: Mapping[str, str] | None = None) -> Fault | None:
+    """The fault asked for by the environment, or None (the normal case)."""
+    text = (os.environ if environ is None else environ).get(ENV_VAR, "")
+    return Fault.parse(text) if text.strip() else None
+
+
+def fill_disk(folder: Path, reserve: int = FILL_RESERVE) -> Path:
+    """Fill the disk holding `folder` until ENOSPC, then free `reserve` bytes."""
+    path = folder / FILL_NAME
+    chunk = b"\0" * (1 << 20)
+    with open(path, "ab", buffering=0) as f:  # unbuffered: each write reaches the disk
+        for size in (1 << 20, 1 << 16, 1 << 12, 1):  # smaller pieces may still fit
+            with contextlib.suppress(OSError):
+                while True:
+                    f.write(chunk[:size])
+        size = f.tell()
+    with open(path, "r+b") as f:
+        f.truncate(max(0, size - reserve))
+        os.fsync(f.fileno())
+    return path
+
+
+def fault_callback(fault: Fault, run_dir_path: Path) -> Any:
+    """A Keras callback that injects `fault`; it acts on the training thread."""
+    import keras
+
+    class InjectFault(keras.callbacks.Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.epoch = 0
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+
+        def on_train_batch_begin(self, batch, logs=None):
+            if (self.epoch + 1, batch + 1) == (fault.epoch, fault.step):
+                inject(fault, run_dir_path)
+
+    return InjectFault()
+
+
+def inject(fault: Fault, run_dir_path: Path) -> None:
+    where = f"in epoch {fault.epoch} at step {fault.step}"
+    print(f"{ENV_VAR}: injecting {fault.kind.value} {where}", file=sys.stderr, flush=True)
+    if fault.kind is FaultKind.OOM:
+        import tensorflow as tf
+
+        raise tf.errors.ResourceExhaustedError(
+            None, None,
+            "OOM when allocating tensor with shape[1048576,4096] and type float on "
+            "/job:localhost/replica:0/task:0/device:CPU:0 by allocator cpu "
+            f"(injected by {ENV_VAR}={fault})")
+    if fault.kind is FaultKind.ERROR:
+        raise RuntimeError(f"injected by {ENV_VAR}={fault}")
+    if fault.kind is FaultKind.ABORT:
+        os.abort()
+    if fault.kind is FaultKind.KILL:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if fault.kind is FaultKind.FILL_DISK:
+        fill_disk(run_dir_path.parent)
