@@ -8,6 +8,8 @@ under --debug.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import signal
 import sys
 import time
@@ -30,9 +32,17 @@ from mgpu_gui.core.events import BatchEnd, Event, RunFailed, RunFinished, RunSta
 from mgpu_gui.core.eventtext import event_lines, finished_line
 from mgpu_gui.core.progress import Progress, format_duration, format_metrics, format_rate
 from mgpu_gui.core.rundir import RunDir
-from mgpu_gui.core.supervisor import RunOutcome, WorkerProcess, prepare_run
+from mgpu_gui.core.store import RunRecord, RunStore
+from mgpu_gui.core.storedb import STORE_ENV, StoreError
+from mgpu_gui.core.supervisor import (
+    PreparedRun,
+    RunOutcome,
+    WorkerProcess,
+    prepare_resume,
+    prepare_run,
+)
 
-COMMANDS = ("train", "devices", "export", "inspect", "unwrap")
+COMMANDS = ("train", "resume", "runs", "devices", "export", "inspect", "unwrap")
 FLAGS = {  # RunConfig fields as the flags a CLI user typed
     "model": "--model", "data": "--data", "validation_data": "--val-data",
     "validation_split": "--val-split", "batch_per_replica": "--batch-per-replica",
@@ -51,9 +61,21 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train a Keras model data-parallel on the chosen GPUs (or CPU replicas).",
     )
     parser.add_argument("--debug", action="store_true", help="show tracebacks and worker output")
+    parser.add_argument("--store", type=Path,
+                        help=f"the run history database (default: ${STORE_ENV}, else the "
+                             f"user's data folder)")
     sub = parser.add_subparsers(dest="command")
     train = sub.add_parser("train", help="train a model (the default command)")
     _add_train_arguments(train)
+    resume = sub.add_parser("resume", help="continue a stopped, failed or interrupted run "
+                            "from its last complete epoch")
+    resume.add_argument("run", help="a run id or name from `mgpu-train runs`, or a run folder")
+    _add_output_arguments(resume)
+    runs = sub.add_parser("runs", help="list past and running runs")
+    runs.add_argument("--json", action="store_true", help="print JSON")
+    for command in (train, resume, runs):  # also accepted after the command
+        command.add_argument("--store", type=Path, default=argparse.SUPPRESS,
+                             help="the run history database")
     devices = sub.add_parser("devices", help="list the GPUs NVML sees")
     devices.add_argument("--json", action="store_true", help="print JSON")
     export = sub.add_parser("export", help="export a trained model to another format")
@@ -121,6 +143,10 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
                         "(trusted files only)")
     p.add_argument("--custom-objects", dest="custom_objects",
                    help="a .py defining a `custom_objects` dict for models with custom layers")
+    _add_output_arguments(p)
+
+
+def _add_output_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print raw events as JSON lines")
     p.add_argument("--quiet", "-q", action="store_true", help="print only the result")
     p.add_argument("--summary", action="store_true", help="print the model summary")
@@ -232,20 +258,109 @@ class ConsoleReporter:
 
 def cmd_train(args: argparse.Namespace) -> int:
     config = config_from_args(args)
-    run = prepare_run(config)
+    store = _open_store_for_training(args)
+    return _supervise(prepare_run(config, store=store), args, store)
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    store = _open_store(args)
+    _say_interrupted(store.reconcile(), skip=args.run)
+    record = store.resolve(args.run)
+    return _supervise(prepare_resume(record.run_dir, store=store), args, store)
+
+
+def _supervise(run: PreparedRun, args: argparse.Namespace, store: RunStore | None) -> int:
     human = sys.stderr if args.json else sys.stdout
     reporter = ConsoleReporter(human, quiet=args.quiet, debug=args.debug, summary=args.summary)
     if not args.quiet and run.plan.note:
         print(run.plan.note, file=human)
     worker = WorkerProcess(run, on_output=(lambda line: print(line, file=sys.stderr))
-                           if args.debug else None)
+                           if args.debug else None, store=store)
     interrupted = _forward_interrupts(worker)
     worker.start()
     for event in worker.events():
         if args.json:
             print(event.to_json(), flush=True)
         reporter.handle(event)
-    return _report_outcome(worker.outcome(), human, args.debug, interrupted())
+    outcome = worker.outcome()
+    if store is not None:
+        store.close()
+    return _report_outcome(outcome, human, args.debug, interrupted(), run.run_id)
+
+
+def _open_store(args: argparse.Namespace) -> RunStore:
+    store = RunStore(args.store)
+    if store.note:
+        print(f"note: {store.note}", file=sys.stderr)
+    return store
+
+
+def _open_store_for_training(args: argparse.Namespace) -> RunStore | None:
+    """Training goes on without the history when the store cannot be used."""
+    try:
+        store = _open_store(args)
+    except StoreError as error:
+        print(f"warning: {error} This run is not recorded in the run history.",
+              file=sys.stderr)
+        return None
+    if not args.quiet:
+        _say_interrupted(store.reconcile())
+    return store
+
+
+def _say_interrupted(records: list[RunRecord], skip: str = "") -> None:
+    for record in records:
+        if skip in (str(record.id), record.name):
+            continue
+        print(f"note: run {record.id} ({record.name}) was interrupted after "
+              f"{record.epochs_done} of {record.epochs} epochs; continue it with: "
+              f"mgpu-train resume {record.id}", file=sys.stderr)
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    store = _open_store(args)
+    _say_interrupted(store.reconcile())
+    records = store.runs()
+    if args.json:
+        print(json.dumps([_record_json(r) for r in records], indent=2))
+    else:
+        print(format_runs(records))
+    return 0
+
+
+def format_runs(records: list[RunRecord]) -> str:
+    if not records:
+        return "No runs yet: train one with `mgpu-train`."
+    header = ("ID", "STATUS", "STARTED", "MODEL", "DEVICES", "EPOCHS", "BEST", "FOLDER")
+    rows = [header] + [(
+        str(r.id), r.status.value.replace("_", " "),
+        time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started or r.created)),
+        Path(r.model).name, _devices_text(r), f"{r.epochs_done}/{r.epochs}", _best_text(r),
+        str(r.run_dir) + ("" if r.folder_exists else " (deleted)"),
+    ) for r in records]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
+    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False))
+                     + "  " + row[-1] for row in rows)
+
+
+def _devices_text(record: RunRecord) -> str:
+    if not record.replicas:
+        return "-"
+    kind = "GPU" if record.device_kind == "gpu" else "CPU replica"
+    return f"{record.replicas} {kind}{'s' if record.replicas != 1 else ''}"
+
+
+def _best_text(record: RunRecord) -> str:
+    if record.best_value is None or record.best_epoch is None:
+        return "-"
+    return f"{record.best_metric} {record.best_value:.4g} (epoch {record.best_epoch + 1})"
+
+
+def _record_json(record: RunRecord) -> dict:
+    data = dataclasses.asdict(record)
+    data["run_dir"] = str(record.run_dir)
+    data["status"] = record.status.value
+    return data
 
 
 def _forward_interrupts(worker: WorkerProcess):
@@ -266,15 +381,21 @@ def _forward_interrupts(worker: WorkerProcess):
     return lambda: count[0] > 0
 
 
-def _report_outcome(outcome: RunOutcome, out: TextIO, debug: bool, interrupted: bool) -> int:
+def _report_outcome(outcome: RunOutcome, out: TextIO, debug: bool, interrupted: bool,
+                    run_id: int | None) -> int:
+    resume = f" Continue it with: mgpu-train resume {run_id}" if run_id is not None else ""
     if outcome.status is RunStatus.FAILED:
         print(f"error: {outcome.message}", file=sys.stderr)
         if debug and outcome.traceback:
             print(outcome.traceback, file=sys.stderr)
+        if resume and any(isinstance(e, RunStarted) for e in outcome.events):
+            print(resume.strip(), file=sys.stderr)
         return EXIT_FAILED
     finished = next(e for e in reversed(outcome.events) if isinstance(e, RunFinished))
     print(finished_line(finished), file=out)
     if outcome.status is RunStatus.STOPPED:
+        if resume:
+            print(resume.strip(), file=out)
         return EXIT_STOPPED if interrupted else 0
     return 0
 
@@ -370,14 +491,31 @@ def _format_from_suffix(output: Path) -> str:
     return {".keras": "keras", ".h5": "h5", ".hdf5": "h5"}.get(output.suffix.lower(), "savedmodel")
 
 
+def _with_command(argv: list[str]) -> list[str]:
+    """`train` is the default command: `mgpu-train --epochs 3` trains.
+
+    The global options (--debug, --store PATH) may come anywhere before the flags.
+    """
+    globals_: list[str] = []
+    rest = list(argv)
+    while rest and rest[0] in ("--debug", "--store") or (rest and rest[0].startswith("--store=")):
+        option = rest.pop(0)
+        globals_.append(option)
+        if option == "--store" and rest:
+            globals_.append(rest.pop(0))
+    if rest and (rest[0] in COMMANDS or rest[0] in ("-h", "--help")):
+        return globals_ + rest
+    if "--debug" in rest:
+        rest.remove("--debug")
+        globals_.insert(0, "--debug")
+    return globals_ + ["train"] + rest
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help")):
-        debug = "--debug" in argv
-        argv = (["--debug"] if debug else []) + ["train"] + [a for a in argv if a != "--debug"]
-    args = build_parser().parse_args(argv)
-    handlers = {"train": cmd_train, "devices": cmd_devices, "export": cmd_export,
-                "inspect": cmd_inspect, "unwrap": cmd_unwrap}
+    args = build_parser().parse_args(_with_command(list(sys.argv[1:] if argv is None else argv)))
+    handlers = {"train": cmd_train, "resume": cmd_resume, "runs": cmd_runs,
+                "devices": cmd_devices, "export": cmd_export, "inspect": cmd_inspect,
+                "unwrap": cmd_unwrap}
     try:
         return handlers[args.command or "train"](args)
     except ConfigError as error:

@@ -1,12 +1,14 @@
 """Child-process entry that runs one training job.
 
-    python -m mgpu_gui.worker RUN_DIR --events-fd N --control-fd M [--nice K]
+    python -m mgpu_gui.worker RUN_DIR --events-fd N --control-fd M [--lock-fd L] [--nice K]
 
 Events go as JSON lines to the inherited pipe `N` (stdout and stderr belong to
 Keras, TensorFlow and user code) and into RUN_DIR/events.jsonl. Lines read from
 pipe `M` are commands ("stop"); end-of-file there means the supervisor is gone,
 and the worker then stops at the next batch boundary and exits. The device
-environment is applied before TensorFlow is imported.
+environment is applied before TensorFlow is imported. The run's lock (inherited
+as `L` from the supervisor, else taken here) is held until the process ends:
+it tells every app instance that this run is live.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from mgpu_gui.core.events import (
     RunStatus,
 )
 from mgpu_gui.core.rundir import RunDir
+from mgpu_gui.core.runlock import RunBusyError, RunLock
 
 PARENT_GONE_GRACE_S = 10.0  # after the supervisor dies: time to stop cleanly, then exit hard
 EXIT_FAILED = 1
@@ -135,6 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--events-fd", type=int)
     parser.add_argument("--control-fd", type=int)
+    parser.add_argument("--lock-fd", type=int,
+                        help="the run's lock, already taken by the supervisor")
     parser.add_argument("--nice", type=int, default=0,
                         help="lower this process's CPU priority (the GUI asks for it)")
     args = parser.parse_args(argv)
@@ -142,6 +147,12 @@ def main(argv: list[str] | None = None) -> int:
         lower_priority(args.nice)
 
     run_dir = RunDir(args.run_dir)
+    if args.lock_fd is None:
+        try:
+            lock = RunLock.acquire(run_dir.path)  # noqa: F841 (held until the process exits)
+        except RunBusyError as error:
+            print(f"error: {error}", file=sys.stderr)  # not an event: the run is another's
+            return EXIT_FAILED
     pipe = os.fdopen(args.events_fd, "w", buffering=1, encoding="utf-8") if (
         args.events_fd is not None) else None
     channel = EventChannel(pipe, run_dir.events_jsonl)

@@ -33,6 +33,12 @@ def session(nvml):
 
 
 @pytest.fixture(autouse=True)
+def _isolated_store(tmp_path_factory, monkeypatch):
+    """Every test gets a run store of its own, never the user's run history."""
+    monkeypatch.setenv("MGPU_GUI_STORE", str(tmp_path_factory.mktemp("store") / "runs.sqlite3"))
+
+
+@pytest.fixture(autouse=True)
 def _isolated_settings(request, tmp_path_factory):
     """QSettings of GUI tests go to a temporary folder, never the user's."""
     if "qtbot" not in request.fixturenames and "qapp" not in request.fixturenames:

@@ -10,6 +10,7 @@ those run the CLI in a subprocess and are marked slow.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -350,3 +351,66 @@ def test_demo_acceptance_run(tmp_path):
                             timeout=120)
     assert loaded.returncode == 0, loaded.stderr
     assert loaded.stdout.strip().splitlines()[-1] == "(2, 10)", loaded.stdout
+
+
+# -- run history ---------------------------------------------------------------
+def _stored_run(tmp_path: Path, status: str = "completed") -> Path:
+    from mgpu_gui.core.config import RunConfig
+    from mgpu_gui.core.events import RunFinished, RunStatus
+    from mgpu_gui.core.rundir import create_run_dir
+    from mgpu_gui.core.store import RunStore
+    from tests.test_store import epoch_events, started
+
+    run_dir = create_run_dir(RunConfig(output_dir=str(tmp_path / "runs"), run_name="hist",
+                                       epochs=3))
+    with RunStore() as store:
+        recorder = store.recorder(store.add_run(run_dir))
+        for event in [started(), *epoch_events(0, 0.8), *epoch_events(1, 0.6),
+                      RunFinished(status=RunStatus(status), epochs_done=2, best_epoch=1,
+                                  best_metric="val_loss", best_value=0.6)]:
+            recorder.handle(event)
+        recorder.close()
+    return run_dir.path
+
+
+def test_runs_lists_the_history(capsys, tmp_path):
+    code, out, _ = run_in_process(capsys, "runs")
+    assert code == 0 and "No runs yet" in out
+    folder = _stored_run(tmp_path, "stopped")
+    code, out, _ = run_in_process(capsys, "runs")
+    header, row = out.splitlines()
+    assert header.split() == ["ID", "STATUS", "STARTED", "MODEL", "DEVICES", "EPOCHS", "BEST",
+                              "FOLDER"]
+    assert "stopped" in row and "2 CPU replicas" in row and "2/3" in row
+    assert "val_loss 0.6 (epoch 2)" in row and row.endswith(str(folder))
+    code, out, _ = run_in_process(capsys, "runs", "--json")
+    (record,) = json.loads(out)
+    assert record["status"] == "stopped" and record["run_dir"] == str(folder)
+
+
+def test_store_option_goes_before_or_after_the_command(capsys, tmp_path, monkeypatch):
+    monkeypatch.delenv("MGPU_GUI_STORE")
+    elsewhere = tmp_path / "other.sqlite3"
+    for args in (["--store", elsewhere, "runs"], ["runs", "--store", elsewhere]):
+        code, out, err = run_in_process(capsys, *args)
+        assert code == 0 and "No runs yet" in out, err
+    assert elsewhere.exists()
+
+
+def test_unusable_store_is_explained(capsys, tmp_path):
+    (tmp_path / "file").write_text("x")
+    code, _, err = run_in_process(capsys, "--store", tmp_path / "file" / "runs.db", "runs")
+    assert code == cli.EXIT_USAGE
+    assert err.startswith("error: Cannot open the run store") and "MGPU_GUI_STORE" in err
+
+
+def test_resume_refuses_what_it_cannot_resume(capsys, tmp_path):
+    code, _, err = run_in_process(capsys, "resume", "nosuchrun")
+    assert code == cli.EXIT_USAGE and "No run 'nosuchrun'" in err
+    folder = _stored_run(tmp_path, "completed")
+    code, _, err = run_in_process(capsys, "resume", "hist")
+    assert code == cli.EXIT_USAGE
+    assert "already completed (0 of 3 epochs); there is nothing to resume" in err
+    code, _, err = run_in_process(capsys, "resume", tmp_path)
+    assert code == cli.EXIT_USAGE and "No run" in err  # a folder, but not a run's
+    assert folder.exists()

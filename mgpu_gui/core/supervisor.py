@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -22,17 +23,40 @@ from mgpu_gui.core import preflight
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.device_plan import DevicePlan, plan_devices
 from mgpu_gui.core.devices import GpuInventory, query_inventory
-from mgpu_gui.core.events import Event, Phase, RunFailed, RunFinished, RunStatus, parse_event
+from mgpu_gui.core.errors import UserError
+from mgpu_gui.core.events import (
+    BatchEnd,
+    Event,
+    Phase,
+    RunFailed,
+    RunFinished,
+    RunStatus,
+    parse_event,
+)
+from mgpu_gui.core.eventtext import is_startup_noise
 from mgpu_gui.core.rundir import RunDir, create_run_dir
+from mgpu_gui.core.runlock import RunLock
+from mgpu_gui.core.store import RunRecorder, RunStore
 
 OUTPUT_TAIL_LINES = 40
+MESSAGE_TAIL_LINES = 12
 
 
 @dataclass(frozen=True)
 class PreparedRun:
+    """A run folder ready for its worker; `lock` marks it live until the worker holds it."""
+
     config: RunConfig
     plan: DevicePlan
     run_dir: RunDir
+    lock: RunLock | None = None
+    run_id: int | None = None  # in the run store, when one is used
+    resumed: bool = False
+
+    def release(self) -> None:
+        """Give up a run that will not be started."""
+        if self.lock is not None:
+            self.lock.release()
 
 
 @dataclass
@@ -46,7 +70,8 @@ class RunOutcome:
     events: list[Event] = field(default_factory=list)
 
 
-def prepare_run(config: RunConfig, inventory: GpuInventory | None = None) -> PreparedRun:
+def prepare_run(config: RunConfig, inventory: GpuInventory | None = None,
+                store: RunStore | None = None) -> PreparedRun:
     """Check everything that needs no TensorFlow, then create the run folder.
 
     Raises a UserError before any file is written when the input is wrong.
@@ -58,13 +83,60 @@ def prepare_run(config: RunConfig, inventory: GpuInventory | None = None) -> Pre
     preflight.check(config, plan.replicas)
     run_dir = create_run_dir(config)
     run_dir.plan_json.write_text(plan.to_json())
-    return PreparedRun(config=config, plan=plan, run_dir=run_dir)
+    lock = RunLock.acquire(run_dir.path)  # before the store lists it as running
+    run_id = None
+    if store is not None:
+        try:
+            run_id = store.add_run(run_dir, config)
+            store.begin_attempt(run_id)
+        except BaseException:
+            lock.release()
+            raise
+    return PreparedRun(config=config, plan=plan, run_dir=run_dir, lock=lock, run_id=run_id)
 
 
-def worker_command(run_dir: RunDir, events_fd: int, control_fd: int,
+def prepare_resume(run_folder: Path, inventory: GpuInventory | None = None,
+                   store: RunStore | None = None) -> PreparedRun:
+    """Check that a stopped, failed or interrupted run can go on, and take its lock.
+
+    The worker continues from the run's backup: the last complete epoch.
+    """
+    run_dir = RunDir(run_folder.absolute())
+    if not run_dir.config_json.exists():
+        raise UserError(f"{run_folder} is not a run folder (it has no config.json).")
+    lock = RunLock.acquire(run_dir.path)  # refuses a run that is still running
+    try:
+        config = run_dir.read_config()
+        ended = run_dir.final_status()
+        record = store.find_dir(run_dir.path) if store is not None else None
+        if record is not None and record.status.value in (RunStatus.COMPLETED,
+                                                          RunStatus.EARLY_STOPPED):
+            ended = RunStatus(record.status.value)
+        if ended in (RunStatus.COMPLETED, RunStatus.EARLY_STOPPED):
+            raise UserError(
+                f"The run in {run_dir.path} already {ended.value.replace('_', ' ')} "
+                f"({run_dir.backup_epoch()} of {config.epochs} epochs); there is nothing to "
+                f"resume. Export its model, or start a new run.")
+        plan = plan_devices(config.devices,
+                            inventory if inventory is not None else query_inventory())
+        preflight.check(config, plan.replicas)
+        run_dir.plan_json.write_text(plan.to_json())
+        run_id = None
+        if store is not None:
+            run_id = store.add_run(run_dir, config)
+            store.begin_attempt(run_id)
+    except BaseException:
+        lock.release()
+        raise
+    return PreparedRun(config=config, plan=plan, run_dir=run_dir, lock=lock, run_id=run_id,
+                       resumed=True)
+
+
+def worker_command(run_dir: RunDir, events_fd: int, control_fd: int, lock_fd: int | None = None,
                    nice: int = 0) -> list[str]:
     return [sys.executable, "-m", "mgpu_gui.worker", str(run_dir.path),
             "--events-fd", str(events_fd), "--control-fd", str(control_fd),
+            *(["--lock-fd", str(lock_fd)] if lock_fd is not None else []),
             *(["--nice", str(nice)] if nice else [])]
 
 
@@ -72,10 +144,15 @@ class WorkerProcess:
     """One worker process: its event stream, its output, stop and kill."""
 
     def __init__(self, run: PreparedRun, *, on_output: Callable[[str], None] | None = None,
-                 env: dict[str, str] | None = None, nice: int = 0):
+                 env: dict[str, str] | None = None, nice: int = 0,
+                 store: RunStore | None = None):
         """`nice` lowers the worker's CPU priority: where training saturates the CPU,
-        an interactive supervisor (the GUI) still gets a core when it needs one."""
+        an interactive supervisor (the GUI) still gets a core when it needs one.
+        With a `store` (and `run.run_id`), every event is recorded there."""
         self.run = run
+        self._recorder: RunRecorder | None = (
+            store.recorder(run.run_id) if store is not None and run.run_id is not None else None)
+        self._outcome: RunOutcome | None = None
         self.nice = nice
         self.on_output = on_output
         self.extra_env = env or {}
@@ -91,16 +168,21 @@ class WorkerProcess:
         control_r, control_w = os.pipe()
         env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1",
                **self.run.plan.env, **self.extra_env}
+        lock = self.run.lock
+        lock_fd = lock.fd if lock is not None and lock.fd >= 0 else None
         try:
             self._proc = subprocess.Popen(
-                worker_command(self.run.run_dir, events_w, control_r, self.nice),
-                pass_fds=(events_w, control_r), env=env, stdin=subprocess.DEVNULL,
+                worker_command(self.run.run_dir, events_w, control_r, lock_fd, self.nice),
+                pass_fds=(events_w, control_r, *([lock_fd] if lock_fd is not None else [])),
+                env=env, stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 start_new_session=True,  # a terminal's Ctrl-C reaches only the supervisor
             )
         finally:
             os.close(events_w)
             os.close(control_r)
+            if lock is not None:
+                lock.release()  # the worker holds it from here (or the run never started)
         self._events = os.fdopen(events_r, "r", encoding="utf-8")
         self._control = os.fdopen(control_w, "w", buffering=1, encoding="utf-8")
         self._output_thread = threading.Thread(target=self._pump_output, name="worker-output",
@@ -119,9 +201,14 @@ class WorkerProcess:
                 event = parse_event(line)
             except (ValueError, KeyError, TypeError):
                 continue  # a torn line from a dying worker
-            self.events_seen.append(event)
+            if not isinstance(event, BatchEnd):  # a long run sends millions of those
+                self.events_seen.append(event)
+            if self._recorder is not None:
+                self._recorder.handle(event)
             yield event
         self._events.close()
+        if self._recorder is not None:
+            self._recorder.flush()
 
     def request_stop(self) -> None:
         """Ask for a stop at the next batch boundary; the backup stays resumable."""
@@ -155,25 +242,40 @@ class WorkerProcess:
             return self.wait()
 
     def outcome(self) -> RunOutcome:
-        """After the worker ended: its final status, or why it died."""
+        """After the worker ended: its final status, or why it died (recorded in the store)."""
+        if self._outcome is None:
+            self._outcome = self._find_outcome()
+            if self._recorder is not None:
+                self._recorder.finish(self._outcome.status, self._outcome.message)
+                self._recorder = None
+        return self._outcome
+
+    def _find_outcome(self) -> RunOutcome:
         code = self.wait()
+        if self._events is not None:
+            self._events.close()  # the caller may have stopped reading early
         for event in reversed(self.events_seen):
             if isinstance(event, RunFinished):
                 return RunOutcome(event.status, event.message, exit_code=code,
                                   events=self.events_seen)
             if isinstance(event, RunFailed):
                 run_dir = self.run.run_dir
-                if event.phase is Phase.SETUP and not run_dir.has_progress():
+                if (event.phase is Phase.SETUP and not self.run.resumed
+                        and not run_dir.has_progress()):
                     shutil.rmtree(run_dir.path, ignore_errors=True)  # leave no files behind
                 return RunOutcome(RunStatus.FAILED, event.message, event.traceback, code,
                                   self.events_seen)
-        how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
-        tail = "\n".join(self.output_tail) or "(no output)"
+        how = f"was killed by {_signal_name(-code)}" if code < 0 else f"exited with code {code}"
+        said = [line for line in self.output_tail if not is_startup_noise(line)]
+        tail = "\n".join(said[-MESSAGE_TAIL_LINES:]) or "(nothing besides TensorFlow's start-up)"
+        done = self.run.run_dir.backup_epoch()
+        kept = (f"{done} completed epoch{' is' if done == 1 else 's are'} kept in "
+                f"{self.run.run_dir.path}; resuming continues at epoch {done + 1}."
+                if done else f"No epoch had completed; its folder {self.run.run_dir.path} is kept.")
         return RunOutcome(
             RunStatus.FAILED,
             f"The training process {how} without reporting an error (a crash, or killed "
-            f"for lack of memory). Its checkpoints and backup in {self.run.run_dir.path} are "
-            f"kept. Last output lines:\n{tail}",
+            f"for lack of memory). {kept} Last output lines:\n{tail}",
             exit_code=code, events=self.events_seen,
         )
 
@@ -188,3 +290,10 @@ class WorkerProcess:
                 self.output_tail.append(line)
                 if self.on_output is not None:
                     self.on_output(line)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return f"signal {number} ({signal.Signals(number).name})"
+    except ValueError:
+        return f"signal {number}"

@@ -51,10 +51,15 @@ X_LABELS = {XAxis.EPOCH: "epoch", XAxis.STEP: "step (batches)", XAxis.WALL: "tim
 
 class SeriesBuffer:
     """Rows of (x by epoch, x by step, x by wall time, y) in a preallocated array that
-    grows by doubling, so appending is amortised O(1) and reading is a view."""
+    grows by doubling, so appending is amortised O(1) and reading is a view.
+
+    float32 halves the memory of long runs (a million batch points in a handful of
+    series stay under 100 MB) and is finer than any screen: wall time resolves a
+    quarter second after a month, the step count is exact up to 16 million.
+    """
 
     def __init__(self, capacity: int = 256) -> None:
-        self._data = np.empty((capacity, 4), dtype=np.float64)
+        self._data = np.empty((capacity, 4), dtype=np.float32)
         self._n = 0
 
     def __len__(self) -> int:
@@ -66,7 +71,7 @@ class SeriesBuffer:
 
     def append(self, x_epoch: float, x_step: float, x_wall: float, y: float) -> None:
         if self._n == len(self._data):
-            grown = np.empty((2 * len(self._data), 4), dtype=np.float64)
+            grown = np.empty((2 * len(self._data), 4), dtype=np.float32)
             grown[: self._n] = self._data
             self._data = grown  # views handed out earlier keep the old array alive
         self._data[self._n] = (x_epoch, x_step, x_wall, y)

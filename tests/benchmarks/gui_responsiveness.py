@@ -147,7 +147,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         driver = DRIVER.replace("EPOCHS", str(args.epochs)).replace(
             "REPLICAS", str(args.replicas)).replace("OUT", repr(tmp))
-        env = {**os.environ, "XDG_CONFIG_HOME": os.path.join(tmp, "config")}
+        env = {**os.environ, "XDG_CONFIG_HOME": os.path.join(tmp, "config"),
+               "MGPU_GUI_STORE": os.path.join(tmp, "runs.sqlite3")}
         env.setdefault("QT_QPA_PLATFORM", "offscreen" if "DISPLAY" not in env else "xcb")
         env["BENCH_T0"] = repr(time.time())
         done = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True,

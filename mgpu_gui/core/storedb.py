@@ -1,0 +1,204 @@
+"""The run store's SQLite file: where it lives, its schema, and safe access to it.
+
+Several app instances (and a GUI thread next to a recording thread) share one
+file: every write is a short `BEGIN IMMEDIATE` transaction, retried while
+another writer holds the lock. WAL mode lets readers go on during writes; it
+needs memory shared on one machine, so a store on a network filesystem uses a
+rollback journal instead, and the user is told.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from mgpu_gui.core.errors import UserError
+
+STORE_ENV = "MGPU_GUI_STORE"
+STORE_NAME = "runs.sqlite3"
+BUSY_TIMEOUT_MS = 5_000
+BUSY_RETRIES = 20
+NETWORK_FILESYSTEMS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "fuse.sshfs", "9p", "afs",
+                       "ceph", "glusterfs", "lustre", "gpfs")
+
+# Each entry upgrades the schema by one version; never edit a released entry.
+MIGRATIONS: tuple[str, ...] = (
+    """
+    CREATE TABLE runs (
+        id INTEGER PRIMARY KEY,
+        run_dir TEXT NOT NULL UNIQUE,
+        name TEXT NOT NULL,
+        model TEXT NOT NULL,
+        data TEXT NOT NULL,
+        config TEXT NOT NULL,
+        status TEXT NOT NULL,
+        message TEXT NOT NULL DEFAULT '',
+        device_kind TEXT NOT NULL DEFAULT '',
+        devices TEXT NOT NULL DEFAULT '[]',
+        replicas INTEGER,
+        global_batch INTEGER,
+        epochs INTEGER NOT NULL,
+        epochs_done INTEGER NOT NULL DEFAULT 0,
+        created REAL NOT NULL,
+        started REAL,
+        ended REAL,
+        best_metric TEXT,
+        best_value REAL,
+        best_epoch INTEGER,
+        test_metrics TEXT,
+        attempts INTEGER NOT NULL DEFAULT 0
+    );
+    CREATE TABLE epochs (
+        run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        epoch INTEGER NOT NULL,
+        t REAL NOT NULL,
+        metrics TEXT NOT NULL,
+        samples_per_s REAL,
+        duration_s REAL,
+        learning_rate REAL,
+        best INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (run_id, epoch)
+    ) WITHOUT ROWID;
+    CREATE TABLE batches (
+        run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        epoch INTEGER NOT NULL,
+        batch INTEGER NOT NULL,
+        steps INTEGER NOT NULL,
+        t REAL NOT NULL,
+        metrics TEXT NOT NULL,
+        samples_per_s REAL,
+        learning_rate REAL,
+        PRIMARY KEY (run_id, epoch, batch)
+    ) WITHOUT ROWID;
+    """,
+)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+
+class StoreError(UserError):
+    """The run store cannot be opened or is from a newer version of the app."""
+
+
+
+def default_store_path() -> Path:
+    """$MGPU_GUI_STORE, else the user's data folder."""
+    if os.environ.get(STORE_ENV):
+        return Path(os.environ[STORE_ENV]).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("mgpu-gui", appauthor=False)) / STORE_NAME
+
+
+def filesystem_type(path: Path, mounts: str | None = None) -> str:
+    """The type of the filesystem holding `path`, from /proc/mounts ('' if unknown)."""
+    if mounts is None:
+        try:
+            mounts = Path("/proc/mounts").read_text()
+        except OSError:
+            return ""
+    target = os.path.realpath(path)
+    best, kind = "", ""
+    for line in mounts.splitlines():
+        parts = line.split()
+        if len(parts) < 3:
+            continue
+        point = parts[1].replace("\\040", " ")
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, kind = point, parts[2]
+    return kind
+
+
+def retry(action: Callable[[], object]) -> object:
+    """Run a short transaction, retrying while another process holds the write lock."""
+    for attempt in range(BUSY_RETRIES):
+        try:
+            return action()
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) and "busy" not in str(error):
+                raise
+            if attempt == BUSY_RETRIES - 1:
+                raise StoreError(
+                    "The run store stayed locked by another mgpu-gui process for too long; "
+                    "try again, or point MGPU_GUI_STORE at a store of this session's own."
+                ) from error
+            time.sleep(0.05 * (attempt + 1))
+    raise AssertionError("unreachable")
+
+
+class StoreDatabase:
+    """One connection to the store file, migrated to the current schema."""
+
+    def __init__(self, path: Path | None = None):
+        self.path = (path or default_store_path()).absolute()
+        self.note = ""  # said to the user when the journal mode had to change
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000,
+                                      isolation_level=None, check_same_thread=False)
+        except (OSError, sqlite3.Error) as error:
+            raise StoreError(f"Cannot open the run store {self.path}: {error}. Point "
+                             f"{STORE_ENV} (or --store) at a writable file.") from error
+        self.db.row_factory = sqlite3.Row
+        self.db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        self.db.execute("PRAGMA foreign_keys = ON")
+        self.journal_mode = self._choose_journal_mode()
+        self._migrate()
+
+    def close(self) -> None:
+        self.db.close()
+
+    def _choose_journal_mode(self) -> str:
+        fs = filesystem_type(self.path.parent)
+        if fs in NETWORK_FILESYSTEMS:
+            self.note = (f"The run store {self.path} is on a network filesystem ({fs}); SQLite's "
+                         f"WAL mode needs memory shared on one machine, so the store uses a "
+                         f"rollback journal there. Do not use it from two machines at once; "
+                         f"set {STORE_ENV} to a local path to avoid this.")
+            wanted = "delete"
+        else:
+            wanted = "wal"
+        mode = retry(lambda: self.db.execute(f"PRAGMA journal_mode = {wanted}").fetchone()[0])
+        if wanted == "wal" and mode != "wal":
+            self.note = (f"The run store {self.path} could not use WAL mode on this filesystem "
+                         f"({fs or 'unknown'}); it uses '{mode}' journaling.")
+        self.db.execute("PRAGMA synchronous = NORMAL")
+        return str(mode)
+
+    def _migrate(self) -> None:
+        def migrate() -> None:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                version = self.db.execute("PRAGMA user_version").fetchone()[0]
+                if version > SCHEMA_VERSION:
+                    raise StoreError(
+                        f"The run store {self.path} was written by a newer mgpu-gui (schema "
+                        f"{version}, this one knows {SCHEMA_VERSION}). Update mgpu-gui, or set "
+                        f"{STORE_ENV} to use another store.")
+                for number in range(version, SCHEMA_VERSION):
+                    for statement in MIGRATIONS[number].split(";"):
+                        if statement.strip():
+                            self.db.execute(statement)
+                self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                self.db.execute("COMMIT")
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+
+        retry(migrate)
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """One short write transaction (callers wrap it in `_retry`)."""
+        self.db.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.db
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
+        self.db.execute("COMMIT")
