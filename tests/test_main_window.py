@@ -6,11 +6,13 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig
 from mgpu_gui.core.devices import GpuInventory, NvmlState
-from mgpu_gui.core.events import BatchEnd, RunStatus
+from mgpu_gui.core.events import BatchEnd, RunStarted, RunStatus
+from mgpu_gui.core.store import RunState as StoreState
 from mgpu_gui.gui.main_window import MainWindow
 from mgpu_gui.gui.telemetry_source import TelemetrySource
 
@@ -75,6 +77,50 @@ def test_stop_mid_run_then_train_again(qtbot, window):
     assert outcome.status is RunStatus.STOPPED
     assert window.train_action.isEnabled() and not window.stop_action.isEnabled()
     assert window.export_action.isEnabled() or window.last_run is not None
+
+
+def test_stop_mid_run_then_resume_from_the_runs_tab(qtbot, window):
+    window.run_setup.set_config(window.run_setup.build_config().replace(epochs=4))
+
+    def stop_in_second_epoch(event):
+        if isinstance(event, BatchEnd) and event.epoch >= 1 and window.stop_action.isEnabled():
+            window.stop_action.trigger()
+
+    window.controller.event.connect(stop_in_second_epoch)
+    assert train(qtbot, window).status is RunStatus.STOPPED
+    window.controller.event.disconnect(stop_in_second_epoch)
+    panel = window.runs_panel
+    window.show_runs()
+    [record] = panel.records()  # the run started from the GUI is in the table
+    done = record.epochs_done
+    assert record.status is StoreState.STOPPED and 1 <= done < 4
+    panel.select_runs([record.id])
+    assert panel.resume_action.isEnabled()
+
+    at_start = []  # what the window shows when the resumed worker reports
+    window.controller.event.connect(lambda e: isinstance(e, RunStarted) and at_start.append(
+        (e.initial_epoch, window.progress.epoch_label.text(),
+         list(window.curves.series("val_loss")[0]))))
+    with qtbot.waitSignal(window.controller.finished, timeout=RUN_TIMEOUT_MS) as finished:
+        panel.buttons["resume"].click()
+        # The stored curves are back before the worker has started TensorFlow.
+        assert list(window.curves.series("val_loss")[0]) == [float(e + 1) for e in range(done)]
+        assert not panel.resume_action.isEnabled() and not window.train_action.isEnabled()
+    assert finished.args[0].status is RunStatus.COMPLETED, finished.args[0].message
+    assert at_start == [(done, f"Epoch {done + 1}/4", [float(e + 1) for e in range(done)])]
+
+    curves = window.curves
+    assert list(curves.series("val_loss")[0]) == [1.0, 2.0, 3.0, 4.0]  # no epoch twice
+    assert list(curves.series("loss:epoch")[0]) == [1.0, 2.0, 3.0, 4.0]
+    assert np.all(np.diff(curves.series("loss")[0]) > 0)  # batches: no step twice
+    assert window.progress.total_bar.value() == window.progress.total_bar.maximum()
+    stored = window.store.get(record.id)
+    assert stored.status is StoreState.COMPLETED and stored.epochs_done == stored.epochs == 4
+    assert stored.attempts == 2
+    assert window.store.epoch_numbers(record.id) == [0, 1, 2, 3]
+    assert panel.records()[0].status is StoreState.COMPLETED
+    assert not panel.resume_action.isEnabled()
+    assert "Resuming the run" in window.log.log.toPlainText()
 
 
 def test_a_failing_run_shows_its_message_and_the_next_run_works(qtbot, window, tmp_path):

@@ -7,6 +7,10 @@ import pytest
 from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig
 from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.events import BatchEnd, EpochEnd, RunFinished, RunStarted, RunStatus
+from mgpu_gui.core.rundir import create_run_dir
+from mgpu_gui.core.runlock import is_live
+from mgpu_gui.core.store import RunState as StoreState
+from mgpu_gui.core.store import RunStore
 from mgpu_gui.gui.run_controller import RunController
 
 pytestmark = pytest.mark.slow
@@ -35,14 +39,36 @@ def test_a_run_streams_events_and_finishes(qtbot, tmp_path):
 
 
 def test_stop_mid_run_then_start_again(qtbot, tmp_path):
-    controller = RunController()
-    states = []
-    controller.state_changed.connect(states.append)
-    controller.event.connect(lambda e: isinstance(e, BatchEnd) and controller.stop())
-    with qtbot.waitSignal(controller.finished, timeout=120_000) as done:
-        controller.start(demo(tmp_path, epochs=50))
-    assert done.args[0].status is RunStatus.STOPPED
-    assert states == ["running", "stopping", "idle"]
+    with RunStore() as store:
+        controller = RunController(store=store)
+        states = []
+        controller.state_changed.connect(states.append)
+        controller.event.connect(lambda e: isinstance(e, BatchEnd) and controller.stop())
+        with qtbot.waitSignal(controller.finished, timeout=120_000) as done:
+            run = controller.start(demo(tmp_path, epochs=50))
+            assert store.get(run.run_id).status is StoreState.RUNNING
+        assert done.args[0].status is RunStatus.STOPPED
+        assert states == ["running", "stopping", "idle"]
+        # Recorded before `finished`: the store already says how it ended.
+        record = store.get(run.run_id)
+        assert record.status is StoreState.STOPPED and record.run_dir == run.run_dir.path
+        assert not is_live(run.run_dir.path)
+
+
+def test_resume_refuses_what_cannot_be_resumed_and_starts_nothing(qtbot, tmp_path):
+    config = demo(tmp_path, epochs=2)
+    run_dir = create_run_dir(config)
+    run_dir.events_jsonl.write_text(
+        RunFinished(status=RunStatus.COMPLETED, epochs_done=2).to_json() + "\n")
+    with pytest.raises(UserError, match="history is off"):
+        RunController().resume(7)
+    with RunStore() as store:
+        controller = RunController(store=store)
+        with pytest.raises(UserError, match="nothing to resume"):
+            controller.resume(run_dir.path)
+        with pytest.raises(UserError, match="no run 999"):
+            controller.resume(999)
+        assert not controller.is_running() and not is_live(run_dir.path)
 
 
 def test_bad_input_is_refused_before_anything_starts(qtbot, tmp_path):

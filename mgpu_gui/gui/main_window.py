@@ -4,6 +4,11 @@ Panels do not know each other; this window connects the GPU panel's choice to
 the run setup, the run controller's events to the plots, progress and log, and
 errors to the banner. Nothing here blocks: NVML is polled on a thread, training
 and exports run in child processes.
+
+The run history (the store) is opened here and shared with the run controller
+(which records runs in it) and the Runs tab (which lists them). At start-up, runs
+that an earlier session did not see end are found in the background and offered
+for a resume; when the store cannot be opened, the app trains without a history.
 """
 
 from __future__ import annotations
@@ -25,8 +30,12 @@ from PySide6.QtWidgets import (
 from mgpu_gui import __version__
 from mgpu_gui.core.devices import GpuInventory, NvmlState
 from mgpu_gui.core.errors import UserError
-from mgpu_gui.core.events import Event, RunFailed, RunStarted, RunStatus
+from mgpu_gui.core.events import EpochEnd, Event, RunFailed, RunStarted, RunStatus
 from mgpu_gui.core.rundir import RunDir
+from mgpu_gui.core.runlock import is_live
+from mgpu_gui.core.store import RunRecord, RunStore
+from mgpu_gui.core.store import RunState as StoreState
+from mgpu_gui.core.storedb import StoreError
 from mgpu_gui.core.supervisor import PreparedRun, RunOutcome
 from mgpu_gui.gui.curves_panel import CurvesPanel
 from mgpu_gui.gui.error_banner import ErrorBanner
@@ -34,8 +43,11 @@ from mgpu_gui.gui.exporter import ModelExporter, ask_export_target
 from mgpu_gui.gui.gpu_panel import GpuPanel
 from mgpu_gui.gui.log_panel import LogPanel
 from mgpu_gui.gui.progress_panel import ProgressPanel, status_text
+from mgpu_gui.gui.resume_offer import ResumeOffer, StoreReconciler
 from mgpu_gui.gui.run_controller import RunController, RunState
 from mgpu_gui.gui.run_setup import RunSetupPanel
+from mgpu_gui.gui.runs_panel import RunsPanel
+from mgpu_gui.gui.runs_table import STATUS_TEXT, best_text, short_name
 from mgpu_gui.gui.telemetry_source import TelemetrySource
 
 
@@ -46,6 +58,11 @@ class MainWindow(QMainWindow):
         self.setWindowTitle("mgpu-gui")
         self.telemetry = telemetry or TelemetrySource(parent=self)
         self.controller = controller or RunController(self)
+        self._owns_store = False
+        self.store_problem = ""  # why there is no run history, when there is none
+        if self.controller.store is None:
+            self.controller.store = self._open_store()
+        self.store: RunStore | None = self.controller.store
         self.exporter = ModelExporter(self)
         self.last_run: RunDir | None = None
         self._quit_after_run = False
@@ -56,6 +73,11 @@ class MainWindow(QMainWindow):
         self.curves = CurvesPanel()
         self.progress = ProgressPanel()
         self.log = LogPanel()
+        self.runs_panel = RunsPanel(self.store, unavailable=self.store_problem)
+        self.log.addTab(self.runs_panel, "Runs")
+        self.resume_offer = ResumeOffer()
+        self.reconciler = (StoreReconciler(self.store.path, self)
+                           if self.store is not None else None)
         self._build_actions()
         self._build_layout()
         self._connect()
@@ -63,6 +85,9 @@ class MainWindow(QMainWindow):
         self.run_setup.set_replicas(self.gpu_panel.replicas())
         self._update_actions()
         self.telemetry.start()
+        self._report_store()
+        if self.reconciler is not None:
+            self.reconciler.start()
 
     # -- construction --------------------------------------------------------
     def _build_actions(self) -> None:
@@ -121,6 +146,7 @@ class MainWindow(QMainWindow):
         right_layout = QVBoxLayout(right)
         right_layout.setContentsMargins(0, 0, 0, 0)
         right_layout.addWidget(self.banner)
+        right_layout.addWidget(self.resume_offer)
         lower = QSplitter(Qt.Orientation.Vertical)
         lower.addWidget(self.curves)
         lower.addWidget(self.progress)
@@ -150,6 +176,15 @@ class MainWindow(QMainWindow):
         self.controller.finished.connect(self._run_finished)
         self.controller.state_changed.connect(lambda state: self._update_actions())
         self.exporter.finished.connect(self._export_finished)
+        self.runs_panel.show_curves_requested.connect(self.show_run_curves)
+        self.runs_panel.resume_requested.connect(self.resume_run)
+        self.runs_panel.runs_deleted.connect(self._runs_deleted)
+        self.runs_panel.refreshed.connect(self._check_stale_runs)
+        self.resume_offer.resume_requested.connect(self.resume_run)
+        self.resume_offer.show_runs_requested.connect(self.show_runs)
+        if self.reconciler is not None:
+            self.reconciler.done.connect(self._interrupted_found)
+            self.reconciler.failed.connect(self.log.append_message)
 
     # -- running -------------------------------------------------------------
     def start_training(self) -> None:
@@ -165,13 +200,45 @@ class MainWindow(QMainWindow):
     def stop_training(self) -> None:
         self.controller.stop()
 
+    def resume_run(self, run_id: int) -> None:
+        """Continue a stored run from its last complete epoch; its curves continue too."""
+        if self.controller.is_running():
+            return
+        self.banner.clear()
+        try:
+            self.controller.resume(run_id)
+        except UserError as error:  # completed, still running elsewhere, folder gone, ...
+            self.banner.show_error(str(error))
+            self.runs_panel.refresh()
+
     def _run_started(self, run: PreparedRun) -> None:
-        self.curves.reset()
-        self.progress.reset()
-        self.log.append_message(f"Starting a run in {run.run_dir.path}")
+        if run.resumed:
+            self._continue_curves(run)
+        else:
+            self.curves.reset()
+            self.progress.reset()
+            self.log.append_message(f"Starting a run in {run.run_dir.path}")
         self.gpu_panel.set_own_pids({self.controller.worker_pid} - {None})
         self.last_run = run.run_dir
         self.statusBar().showMessage(run.plan.note or ", ".join(run.plan.names))
+        if run.run_id is not None:
+            self.resume_offer.forget({run.run_id})
+        self.runs_panel.refresh()
+
+    def _continue_curves(self, run: PreparedRun) -> None:
+        """Before the resumed worker reports: the curves so far, so the new epochs extend
+        them (the worker's RunStarted drops the unfinished epoch's batches)."""
+        if self.store is not None and run.run_id is not None:
+            events = self.store.series_events(run.run_id)
+        else:  # no history: the run's own event log has the same curves
+            events = run.run_dir.events()
+        self.curves.load_events(events)
+        self.progress.reset()
+        done, total = run.run_dir.backup_epoch(), run.config.epochs
+        self.progress.show_note(f"Resuming {run.run_dir.path.name}: {done} of {total} epochs "
+                                f"done, continuing with epoch {done + 1}…")
+        self.log.append_message(f"Resuming the run in {run.run_dir.path} at epoch {done + 1} "
+                                f"of {total}")
 
     def _run_event(self, event: Event) -> None:
         self.curves.handle_event(event)
@@ -181,8 +248,11 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage(status_text(event, None))
         if isinstance(event, RunFailed):
             self.banner.show_error(event.message, event.traceback)
+        if isinstance(event, RunStarted | EpochEnd):
+            self.runs_panel.refresh()  # recorded before it was emitted: the table is current
 
     def _run_finished(self, outcome: RunOutcome) -> None:
+        self.runs_panel.refresh()
         self.gpu_panel.set_own_pids(set())
         if outcome.status is RunStatus.FAILED and not any(
                 isinstance(e, RunFailed) for e in outcome.events):
@@ -202,6 +272,74 @@ class MainWindow(QMainWindow):
                                       and self._export_source() is not None)
         self.run_setup.set_enabled_for_run(idle)
         self.gpu_panel.set_enabled_for_run(idle)
+        self.runs_panel.set_run_active(not idle)
+        self.resume_offer.set_resume_enabled(idle)
+
+    # -- run history ---------------------------------------------------------
+    def _open_store(self) -> RunStore | None:
+        try:
+            store = RunStore()
+        except StoreError as error:
+            self.store_problem = str(error)
+            return None
+        self._owns_store = True
+        return store
+
+    def _report_store(self) -> None:
+        if self.store is None:
+            message = (f"{self.store_problem or 'There is no run store.'} Training still "
+                       f"works, but runs are not recorded in the run history.")
+            self.banner.show_error(message)
+            self.log.append_message(message)
+        elif self.store.note:
+            self.log.append_message(self.store.note)
+            self.runs_panel.show_message(self.store.note)
+
+    def show_runs(self) -> None:
+        self.log.setCurrentWidget(self.runs_panel)
+
+    def show_run_curves(self, run_id: int) -> None:
+        """A stored run's curves in the plots (not while a run trains: they are its)."""
+        if self.controller.is_running() or self.store is None:
+            return
+        try:
+            record = self.store.get(run_id)
+            events = self.store.series_events(run_id)
+        except UserError as error:  # deleted meanwhile (another app instance)
+            self.banner.show_error(str(error))
+            return
+        self.curves.load_events(events)
+        self.progress.reset()
+        self.progress.show_note(
+            f"Run {short_name(record)}: {STATUS_TEXT[record.status][0].lower()}, "
+            f"{record.epochs_done} of {record.epochs} epochs, best {best_text(record)}")
+        if record.folder_exists:
+            self.last_run = RunDir(record.run_dir)  # Export exports the run shown
+        self._update_actions()
+
+    def _interrupted_found(self, records: list[RunRecord]) -> None:
+        self.runs_panel.refresh()
+        for record in records:
+            self.log.append_message(record.message or f"Run {record.name} was interrupted.")
+        if records:
+            self.resume_offer.offer(records + self.resume_offer.records)
+            self._update_actions()
+
+    def _check_stale_runs(self, records: list[RunRecord]) -> None:
+        """A run marked running whose worker is gone (its app was killed after this one
+        started): reconcile again, so it is shown, and offered, as interrupted."""
+        if (self.reconciler is None or self.reconciler.is_running()
+                or self.controller.is_running()):
+            return
+        if any(r.status is StoreState.RUNNING and not is_live(r.run_dir) for r in records):
+            self.reconciler.start()
+
+    def _runs_deleted(self, records: list[RunRecord]) -> None:
+        folders = {r.run_dir for r in records}
+        if self.last_run is not None and self.last_run.path in folders:
+            self.last_run = None
+        self.resume_offer.forget({r.id for r in records})
+        self._update_actions()
 
     # -- export --------------------------------------------------------------
     def _export_source(self) -> Path | None:
@@ -280,6 +418,11 @@ class MainWindow(QMainWindow):
         self.curves.shutdown()
         self.run_setup.shutdown()
         self.exporter.cancel()
+        self.runs_panel.shutdown()
+        if self.reconciler is not None:
+            self.reconciler.wait(10.0)
+        if self._owns_store and self.store is not None:
+            self.store.close()
         event.accept()
 
     def _about(self) -> None:

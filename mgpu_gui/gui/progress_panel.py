@@ -106,6 +106,10 @@ class ProgressPanel(QWidget):
         self.total_eta_label.setText("")
         self.status_label.setText("No run")
 
+    def show_note(self, text: str) -> None:
+        """A line in place of the run status: a past run shown, a resume starting."""
+        self.status_label.setText(text)
+
     def handle_event(self, event: Event) -> None:
         if isinstance(event, RunStarted):
             if event.initial_epoch == 0 or self._started is None:

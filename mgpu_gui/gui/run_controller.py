@@ -3,16 +3,30 @@
 The worker is a child process (TensorFlow never loads in the GUI process); a
 reader object living in a QThread blocks on the worker's event pipe and
 re-emits each event, in order, as a queued signal to the GUI thread.
+
+With a run store, every run it starts or resumes is recorded there: the worker
+supervisor writes the events on a connection of its own, in the reader thread.
 """
 
 from __future__ import annotations
 
+import contextlib
 from enum import StrEnum
+from pathlib import Path
 
 from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 
 from mgpu_gui.core.config import RunConfig
-from mgpu_gui.core.supervisor import PreparedRun, RunOutcome, WorkerProcess, prepare_run
+from mgpu_gui.core.errors import UserError
+from mgpu_gui.core.store import RunState as StoreState
+from mgpu_gui.core.store import RunStore
+from mgpu_gui.core.supervisor import (
+    PreparedRun,
+    RunOutcome,
+    WorkerProcess,
+    prepare_resume,
+    prepare_run,
+)
 
 STOP_TIMEOUT_MS = 30_000  # a graceful stop ends at the next batch; after this, kill
 # Training is background work: on a saturated CPU (CPU replicas, heavy input pipelines)
@@ -53,9 +67,13 @@ class RunController(QObject):
     finished = Signal(object)  # RunOutcome
     state_changed = Signal(str)  # RunState
 
-    def __init__(self, parent: QObject | None = None, *, stop_timeout_ms: int = STOP_TIMEOUT_MS):
+    def __init__(self, parent: QObject | None = None, *, stop_timeout_ms: int = STOP_TIMEOUT_MS,
+                 store: RunStore | None = None):
+        """`store`: the run history to record runs in (opened in the GUI thread; None: no
+        history). Its owner closes it."""
         super().__init__(parent)
         self.stop_timeout_ms = stop_timeout_ms
+        self.store = store
         self.state = RunState.IDLE
         self.run: PreparedRun | None = None
         self._worker: WorkerProcess | None = None
@@ -76,9 +94,35 @@ class RunController(QObject):
         """Check and start a run; a UserError (bad input) is raised before anything starts."""
         if self.is_running():
             raise RuntimeError("a run is already in progress")
-        run = prepare_run(config)
-        worker = WorkerProcess(run, on_output=self.output.emit,  # emitted from a pump thread
-                               nice=WORKER_NICE)
+        return self._launch(prepare_run(config, store=self.store))
+
+    def resume(self, run: int | str | Path) -> PreparedRun:
+        """Continue a stopped, failed or interrupted run (a store id, or its folder) from its
+        last complete epoch; a UserError says why it cannot be resumed."""
+        if self.is_running():
+            raise RuntimeError("a run is already in progress")
+        return self._launch(prepare_resume(self._run_folder(run), store=self.store))
+
+    def _run_folder(self, run: int | str | Path) -> Path:
+        if isinstance(run, int) or (isinstance(run, str) and run.isdigit()):
+            if self.store is None:
+                raise UserError(f"Cannot find run {run}: the run history is off. "
+                                f"Resume the run by its folder instead.")
+            return self.store.get(int(run)).run_dir
+        return Path(run)
+
+    def _launch(self, run: PreparedRun) -> PreparedRun:
+        try:
+            worker = WorkerProcess(run, on_output=self.output.emit,  # emitted from a pump thread
+                                   nice=WORKER_NICE, store=self.store)
+            worker.start()
+        except BaseException as error:
+            run.release()  # the run never started: it must not look live
+            if self.store is not None and run.run_id is not None:
+                with contextlib.suppress(Exception):  # the history must not hide the error
+                    self.store.set_status(run.run_id, StoreState.FAILED,
+                                          f"The training process could not start: {error}")
+            raise
         thread = QThread(self)
         reader = _EventReader(worker)
         reader.moveToThread(thread)
@@ -86,7 +130,6 @@ class RunController(QObject):
         reader.event.connect(self.event)
         reader.finished.connect(self._on_finished)
         thread.finished.connect(reader.deleteLater)
-        worker.start()
         self.run, self._worker, self._thread, self._reader = run, worker, thread, reader
         thread.start()
         self._set_state(RunState.RUNNING)
