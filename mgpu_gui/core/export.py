@@ -45,6 +45,7 @@ import numpy as np
 from mgpu_gui.core.config import EXPORT_FORMATS
 from mgpu_gui.core.errors import ExportError
 from mgpu_gui.core.rundir import RunDir
+from mgpu_gui.launch import module_command
 
 # Predictions must agree within this, scaled by the output's magnitude when it exceeds 1.
 TOLERANCE = 1e-5
@@ -387,8 +388,8 @@ def _run_verifier(fmt: str, path: Path, x: np.ndarray, safe_mode: bool,
         # Find this package even when it is not installed (a source checkout).
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        cmd = [sys.executable, "-m", "mgpu_gui.core.export", "verify", fmt, str(path),
-               str(x_path), str(y_path)] + ([] if safe_mode else [UNSAFE_FLAG])
+        cmd = module_command("mgpu_gui.core.export", "verify", fmt, str(path), str(x_path),
+                             str(y_path), *([] if safe_mode else [UNSAFE_FLAG]))
         if custom_objects_file is not None:
             cmd += [CUSTOM_OBJECTS_FLAG, str(Path(custom_objects_file).expanduser().absolute())]
         try:

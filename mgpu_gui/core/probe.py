@@ -28,6 +28,7 @@ from typing import Any
 
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.errors import UserError
+from mgpu_gui.launch import module_command
 
 MODULE = "mgpu_gui.core.probe"
 
@@ -35,7 +36,7 @@ MODULE = "mgpu_gui.core.probe"
 def probe_command(config_path: str | os.PathLike[str],
                   result_path: str | os.PathLike[str]) -> list[str]:
     """The argv that probes the RunConfig saved at `config_path` (program first)."""
-    return [sys.executable, "-m", MODULE, str(config_path), str(result_path)]
+    return module_command(MODULE, str(config_path), str(result_path))
 
 
 def probe(config: RunConfig) -> dict[str, Any]:

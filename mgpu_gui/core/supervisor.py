@@ -12,7 +12,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -37,6 +36,7 @@ from mgpu_gui.core.eventtext import is_startup_noise
 from mgpu_gui.core.rundir import RunDir, create_run_dir
 from mgpu_gui.core.runlock import RunLock
 from mgpu_gui.core.store import RunRecorder, RunStore
+from mgpu_gui.launch import module_command
 
 OUTPUT_TAIL_LINES = 40
 MESSAGE_TAIL_LINES = 12
@@ -134,10 +134,11 @@ def prepare_resume(run_folder: Path, inventory: GpuInventory | None = None,
 
 def worker_command(run_dir: RunDir, events_fd: int, control_fd: int, lock_fd: int | None = None,
                    nice: int = 0) -> list[str]:
-    return [sys.executable, "-m", "mgpu_gui.worker", str(run_dir.path),
-            "--events-fd", str(events_fd), "--control-fd", str(control_fd),
-            *(["--lock-fd", str(lock_fd)] if lock_fd is not None else []),
-            *(["--nice", str(nice)] if nice else [])]
+    return module_command(
+        "mgpu_gui.worker", str(run_dir.path),
+        "--events-fd", str(events_fd), "--control-fd", str(control_fd),
+        *(["--lock-fd", str(lock_fd)] if lock_fd is not None else []),
+        *(["--nice", str(nice)] if nice else []))
 
 
 class WorkerProcess:

@@ -5,11 +5,12 @@ TensorFlow runs in a child (`mgpu-train export` / `mgpu-train unwrap`), never in
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 from PySide6.QtCore import QObject, QProcess, Signal
 from PySide6.QtWidgets import QFileDialog, QWidget
+
+from mgpu_gui.launch import module_command
 
 FILTERS = {
     "Keras model (*.keras)": "keras",
@@ -55,8 +56,9 @@ class ModelExporter(QObject):
         process.setProcessChannelMode(QProcess.ProcessChannelMode.SeparateChannels)
         process.finished.connect(self._on_finished)
         self._process = process
-        process.start(sys.executable, ["-m", "mgpu_gui.cli", command, str(source),
-                                       "-o", str(target), "--format", fmt])
+        program, *args = module_command("mgpu_gui.cli", command, str(source),
+                                        "-o", str(target), "--format", fmt)
+        process.start(program, args)
 
     def cancel(self) -> None:
         if self._process is not None:
