@@ -72,7 +72,7 @@ def write_atomically(path: Path, write: Callable[[Path], None]) -> None:
     tmp = temp_name(path)
     try:
         write(tmp)
-        _fsync_file(tmp)
+        _fsync(tmp)
         os.replace(tmp, path)
     except BaseException:
         _remove(tmp)
@@ -95,7 +95,7 @@ def link_atomically(source: Path, path: Path) -> None:
             if error.errno in _FULL_ERRNOS:
                 raise
             shutil.copyfile(source, tmp)  # FAT, some network file systems: no hard links
-            _fsync_file(tmp)
+            _fsync(tmp)
         os.replace(tmp, path)
     except BaseException:
         _remove(tmp)
@@ -273,7 +273,7 @@ def os_reason(error: BaseException) -> str:
 
 
 # -- helpers ------------------------------------------------------------------------
-def _fsync_file(path: Path) -> None:
+def _fsync(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -284,11 +284,7 @@ def _fsync_file(path: Path) -> None:
 def _fsync_dir(folder: Path) -> None:
     """Make the rename itself durable; some file systems cannot sync a folder."""
     with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _fsync(folder)
 
 
 def _remove(path: Path) -> None:
