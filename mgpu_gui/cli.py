@@ -41,8 +41,9 @@ from mgpu_gui.core.supervisor import (
     prepare_resume,
     prepare_run,
 )
+from mgpu_gui.scale_cli import add_scale_parser
 
-COMMANDS = ("train", "resume", "runs", "devices", "export", "inspect", "unwrap")
+COMMANDS = ("train", "resume", "runs", "devices", "doctor", "export", "inspect", "unwrap", "scale")
 FLAGS = {  # RunConfig fields as the flags a CLI user typed
     "model": "--model", "data": "--data", "validation_data": "--val-data",
     "validation_split": "--val-split", "batch_per_replica": "--batch-per-replica",
@@ -78,6 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
                              help="the run history database")
     devices = sub.add_parser("devices", help="list the GPUs NVML sees")
     devices.add_argument("--json", action="store_true", help="print JSON")
+    doctor = sub.add_parser(
+        "doctor", help="check the setup: driver and CUDA as TensorFlow sees them, the GPUs "
+        "TensorFlow sees vs NVML, NCCL; says what to fix (exit 1 on an error)")
+    doctor.add_argument("--json", action="store_true", help="print the facts and findings "
+                        "as JSON")
     export = sub.add_parser("export", help="export a trained model to another format")
     export.add_argument("source", type=Path, help="a run folder or a .keras/.h5 model file")
     export.add_argument("-o", "--output", type=Path, required=True)
@@ -95,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="default: from the output's suffix (.keras, .h5; else savedmodel)")
     unwrap.add_argument("--custom-objects", dest="custom_objects", type=Path,
                         help="a .py defining a `custom_objects` dict for custom layers")
+    add_scale_parser(sub)
     return parser
 
 
@@ -411,6 +418,25 @@ def cmd_devices(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from mgpu_gui.core.devices import query_inventory
+    from mgpu_gui.core.doctor import Facts, NvmlFacts, diagnose, exit_code
+    from mgpu_gui.core.doctor_report import findings_to_plain, report
+    from mgpu_gui.core.tf_facts import ask_tensorflow
+
+    if not args.json:
+        print("Asking NVIDIA's driver and TensorFlow (TensorFlow starts in a child process, "
+              "a few seconds)…", file=sys.stderr)
+    facts = Facts(NvmlFacts.from_inventory(query_inventory()), ask_tensorflow())
+    findings = diagnose(facts)
+    if args.json:
+        print(json.dumps({"facts": facts.to_dict(), "findings": findings_to_plain(findings),
+                          "ok": exit_code(findings) == 0}, indent=2))
+    else:
+        print(report(facts, findings))
+    return exit_code(findings)
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     from mgpu_gui.core.export import export_file  # imports TensorFlow: only for this command
 
@@ -474,6 +500,12 @@ def cmd_unwrap(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_scale(args: argparse.Namespace) -> int:
+    from mgpu_gui.scale_cli import run_scale
+
+    return run_scale(args, config_from_args(args))
+
+
 def _export_source(source: Path) -> Path:
     """A run folder stands for its exported model, else its last complete epoch."""
     if not source.is_dir():
@@ -514,8 +546,9 @@ def _with_command(argv: list[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(_with_command(list(sys.argv[1:] if argv is None else argv)))
     handlers = {"train": cmd_train, "resume": cmd_resume, "runs": cmd_runs,
-                "devices": cmd_devices, "export": cmd_export, "inspect": cmd_inspect,
-                "unwrap": cmd_unwrap}
+                "devices": cmd_devices, "doctor": cmd_doctor, "export": cmd_export,
+                "inspect": cmd_inspect,
+                "unwrap": cmd_unwrap, "scale": cmd_scale}
     try:
         return handlers[args.command or "train"](args)
     except ConfigError as error:

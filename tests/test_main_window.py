@@ -68,6 +68,18 @@ def test_export_after_a_run_reloads_with_no_strategy(qtbot, window, tmp_path):
     assert out.stdout.strip() == "(3, 10)", out.stderr[-2000:]
 
 
+def test_scaling_test_opens_with_the_run_setup(qtbot, window):
+    """Run > Scaling test: the chosen model, data and devices; closing leaves nothing running."""
+    assert window.scaling_action.isEnabled()
+    window.scaling_action.trigger()
+    dialog = window.scaling_dialog
+    assert dialog is not None and dialog.isVisible()
+    assert dialog.config.batch_per_replica == 32
+    assert dialog.config.devices == window.gpu_panel.device_selection()
+    dialog.close()
+    qtbot.waitUntil(lambda: window.scaling_dialog is None)
+
+
 def test_stop_mid_run_then_train_again(qtbot, window):
     window.run_setup.set_config(window.run_setup.build_config().replace(epochs=100))
     window.controller.event.connect(

@@ -188,7 +188,7 @@ def test_compare_overlays_one_curve_per_run(qtbot, panel, store, tmp_path):
     dialog = panel.compare()
     qtbot.addWidget(dialog)
     view = dialog.view
-    assert view.metric() == "val_loss"
+    assert view.metric_name() == "val_loss"
     assert len(view.curves) == 2
     assert len(view.legend.items) == 2
     by_label = {c.opts["name"]: c.getData() for c in view.curves}

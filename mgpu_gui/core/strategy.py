@@ -136,7 +136,11 @@ def _no_gpu_in_tensorflow(tf: Any, plan: DevicePlan) -> str:
 
 
 def _nccl_available(tf: Any) -> bool:
-    """Whether this TensorFlow has NCCL's GPU kernel (Linux CUDA builds)."""
+    """Whether this TensorFlow has NCCL's GPU kernel and the NCCL library loads.
+
+    The kernel is registered in every Linux CUDA build; without libnccl.so.2 (the
+    nvidia-nccl wheel) NcclAllReduce would fail at the first step.
+    """
     if not sys.platform.startswith("linux") or not tf.test.is_built_with_cuda():
         return False
     try:
@@ -145,4 +149,8 @@ def _nccl_available(tf: Any) -> bool:
     except ImportError:
         return True  # a Linux CUDA build ships NCCL
     registered = kernels.get_registered_kernels_for_op("NcclAllReduce")
-    return any(k.device_type == "GPU" for k in registered.kernel)
+    if not any(k.device_type == "GPU" for k in registered.kernel):
+        return False
+    from mgpu_gui.core.tf_facts import nccl_library
+
+    return nccl_library()["nccl_version"] is not None

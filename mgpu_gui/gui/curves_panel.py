@@ -20,7 +20,7 @@ from enum import StrEnum
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import QEvent, Qt, QTimer
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -33,11 +33,11 @@ from PySide6.QtWidgets import (
 )
 
 from mgpu_gui.core.events import BatchEnd, EpochEnd, Event, RunFailed, RunFinished, RunStarted
+from mgpu_gui.gui.theme import PlotColors, plot_colors
 
 REFRESH_MS = 100
 LR_NAMES = ("learning_rate", "lr")  # Keras may log the LR as a metric: not a metric family
 X_EPOCH, X_STEP, X_WALL, Y = range(4)
-TRAIN, VAL, BEST = "#1f77b4", "#e8710a", "#c2185b"
 
 
 class XAxis(StrEnum):
@@ -128,21 +128,34 @@ def _title(family: str) -> str:
 
 
 def _style_plot(widget: pg.PlotWidget, left: str) -> None:
-    widget.setBackground("w")
     item = widget.getPlotItem()
     for side in ("left", "bottom"):
-        axis = item.getAxis(side)
-        axis.setPen(pg.mkPen("#444"))
-        axis.setTextPen(pg.mkPen("#222"))
-        axis.enableAutoSIPrefix(False)  # "(x0.001)" beside a unit confuses more than it helps
-    item.setLabel("left", left, color="#222")
+        item.getAxis(side).enableAutoSIPrefix(False)  # "(x0.001)" confuses more than it helps
+    item.setLabel("left", left)
     item.showGrid(x=True, y=True, alpha=0.15)
     item.getViewBox().setAutoVisible(y=True)  # y fits the visible x range when zoomed
     widget.setMinimumSize(220, 150)
 
 
+def color_plot(widget: pg.PlotWidget, colors: PlotColors, title_size: str = "11pt") -> None:
+    """Background, axes, grid, labels and title of a plot in the palette's colours (the
+    curves are their owners' to colour)."""
+    widget.setBackground(colors.background)
+    item = widget.getPlotItem()
+    for side in ("left", "bottom"):
+        axis = item.getAxis(side)
+        axis.setPen(pg.mkPen(colors.axis))  # the grid is drawn with the axis pen
+        axis.setTextPen(pg.mkPen(colors.text))
+        if axis.labelText:
+            item.setLabel(side, axis.labelText, units=axis.labelUnits, color=colors.text)
+    title = item.titleLabel.text
+    if title:
+        widget.setTitle(title, color=colors.text, size=title_size)
+
+
 def _batch_curve(pen) -> pg.PlotDataItem:
-    return pg.PlotDataItem(pen=pen)
+    # Antialiased: at 2x device pixels a curve drawn without it looks jagged.
+    return pg.PlotDataItem(pen=pen, antialias=True)
 
 
 def _thin_when_dense(curve: pg.PlotDataItem) -> None:
@@ -162,6 +175,7 @@ class CurvesPanel(QWidget):
         self._timer.setInterval(REFRESH_MS)
         self._timer.timeout.connect(self._refresh)
         self._shut_down = False
+        self._colors = plot_colors(self.palette())
         self._smoothing = 0.6
         self._log_y = False
         self._x_axis = XAxis.EPOCH
@@ -178,6 +192,7 @@ class CurvesPanel(QWidget):
         self._plots: dict[str, _FamilyPlot] = {}
         self._families: list[str] = []
         self.reset()
+        self._apply_colors()
 
     # -- public API ----------------------------------------------------------------
 
@@ -208,7 +223,7 @@ class CurvesPanel(QWidget):
         self._relayout()
         for curve in (self._lr_curve, self._rate_curve):
             curve.setData([], [])
-        self._rate_plot.setTitle("Throughput (samples/s)", color="#222", size="10pt")
+        self._rate_plot.setTitle("Throughput (samples/s)", color=self._colors.text, size="10pt")
 
     def handle_event(self, event: Event) -> None:
         """One event from the run controller; data events start the redraw timer."""
@@ -267,6 +282,60 @@ class CurvesPanel(QWidget):
     def set_x_axis(self, mode: XAxis | str) -> None:
         self._x_combo.setCurrentIndex(list(XAxis).index(XAxis(mode)))
 
+    def plot_widgets(self) -> list[pg.PlotWidget]:
+        """Every plot, shown or spare (their colours follow the palette)."""
+        return ([p.widget for p in self._plots.values()] + [s.widget for s in self._spares]
+                + [self._lr_plot, self._rate_plot])
+
+    @property
+    def colors(self) -> PlotColors:
+        return self._colors
+
+    # -- colours -------------------------------------------------------------------
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt's name)
+        super().changeEvent(event)
+        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
+            colors = plot_colors(self.palette())
+            if colors != self._colors:  # light <-> dark: the plots draw explicit colours
+                self._colors = colors
+                self._apply_colors()
+
+    def _apply_colors(self) -> None:
+        colors = self._colors
+        self._key.setText(
+            f'<span style="color:{colors.train}">━ train (smoothed; raw faint)</span>'
+            f'&nbsp;&nbsp;<span style="color:{colors.train}">┄● train (epoch)</span>'
+            f'&nbsp;&nbsp;<span style="color:{colors.val}">━● validation</span>&nbsp;&nbsp;'
+            f'<span style="color:{colors.best}">★ best epoch</span>')
+        for plot in [*self._plots.values(), *self._spares]:
+            color_plot(plot.widget, colors)
+            self._color_shell(plot)
+        for widget in (self._lr_plot, self._rate_plot):
+            color_plot(widget, colors, "10pt")
+        self._lr_curve.setPen(pg.mkPen(colors.lr, width=2))
+        self._rate_curve.setPen(pg.mkPen(colors.rate, width=1.5))
+
+    def _color_shell(self, plot: _FamilyPlot) -> None:
+        colors = self._colors
+        train = pg.QtGui.QColor(colors.train)
+        faint = pg.QtGui.QColor(train)
+        faint.setAlpha(70)
+        roles = plot.roles
+        roles["batch"].setPen(pg.mkPen(faint, width=1))
+        roles["smoothed"].setPen(pg.mkPen(train, width=2))
+        roles["epoch"].setPen(pg.mkPen(train, width=1, style=Qt.PenStyle.DashLine))
+        roles["epoch"].setSymbolBrush(train)
+        roles["val"].setPen(pg.mkPen(colors.val, width=2.5))
+        roles["val"].setSymbolBrush(colors.val)
+        plot.best_line.setPen(pg.mkPen(colors.best, width=1, style=Qt.PenStyle.DashLine))
+        label = plot.best_line.label
+        label.setColor(colors.best)
+        label.fill = pg.mkBrush(*colors.fill(220))
+        label.update()
+        plot.best_marker.setSymbolBrush(colors.best)
+        plot.best_marker.setSymbolPen(pg.mkPen(colors.background, width=1))
+
     # -- building ------------------------------------------------------------------
 
     def _build_controls(self) -> None:
@@ -276,6 +345,8 @@ class CurvesPanel(QWidget):
         slider.setRange(0, 99)
         slider.setValue(round(self._smoothing * 100))
         slider.setMaximumWidth(160)
+        # In characters, not pixels: stays usable when the row is crowded, at any font size.
+        slider.setMinimumWidth(slider.fontMetrics().horizontalAdvance("0") * 8)
         slider.setAccessibleName("Smoothing")
         slider.setToolTip("Exponential moving average of the per-batch train curve; "
                           "the raw curve stays visible, faint")
@@ -299,26 +370,23 @@ class CurvesPanel(QWidget):
         row.addWidget(self._x_combo)
         row.addStretch(1)
         # The key sits outside the plots, so it never hides a curve or the best point.
-        key = QLabel(
-            f'<span style="color:{TRAIN}">━ train (smoothed; raw faint)</span>&nbsp;&nbsp;'
-            f'<span style="color:{TRAIN}">┄● train (epoch)</span>&nbsp;&nbsp;'
-            f'<span style="color:{VAL}">━● validation</span>&nbsp;&nbsp;'
-            f'<span style="color:{BEST}">★ best epoch</span>')
+        self._key = key = QLabel()  # its text is coloured with the curves (_apply_colors)
         key.setAccessibleName("Curve key")
         row.addWidget(key)
 
     def _build_fixed_plots(self) -> None:
+        colors = self._colors
         self._lr_plot = pg.PlotWidget()
         _style_plot(self._lr_plot, "learning rate")
-        self._lr_plot.setTitle("Learning rate", color="#222", size="10pt")
-        self._lr_curve = self._lr_plot.plot(pen=pg.mkPen("#2e7d32", width=2))
+        self._lr_plot.setTitle("Learning rate", color=colors.text, size="10pt")
+        self._lr_curve = self._lr_plot.plot(pen=pg.mkPen(colors.lr, width=2), antialias=True)
         self._rate_plot = pg.PlotWidget()
         _style_plot(self._rate_plot, "samples/s")
-        self._rate_plot.setLabel("bottom", X_LABELS[XAxis.WALL], color="#222")
-        self._rate_curve = _batch_curve(pg.mkPen("#6a1b9a", width=1.5))
+        self._rate_plot.setLabel("bottom", X_LABELS[XAxis.WALL], color=colors.text)
+        self._rate_curve = _batch_curve(pg.mkPen(colors.rate, width=1.5))
         self._rate_plot.addItem(self._rate_curve)
         _thin_when_dense(self._rate_curve)
-        self._lr_plot.setLabel("bottom", X_LABELS[self._x_axis], color="#222")
+        self._lr_plot.setLabel("bottom", X_LABELS[self._x_axis], color=colors.text)
         for widget, name in ((self._lr_plot, "Learning rate plot"),
                              (self._rate_plot, "Throughput plot")):
             widget.setAccessibleName(name)
@@ -331,23 +399,19 @@ class CurvesPanel(QWidget):
         a run (py-spy); spare shells are built and shown empty before the run starts.
         """
         widget = pg.PlotWidget()
+        widget.setAccessibleName(f"{title or 'Metric'} plot")
         _style_plot(widget, title.lower())
-        widget.setTitle(title, color="#222", size="11pt")
-        widget.setLabel("bottom", X_LABELS[self._x_axis], color="#222")
+        widget.setTitle(title, size="11pt")
+        widget.setLabel("bottom", X_LABELS[self._x_axis])
         item = widget.getPlotItem()
         plot = _FamilyPlot(widget)
-        train = pg.QtGui.QColor(TRAIN)
-        faint = pg.QtGui.QColor(train)
-        faint.setAlpha(70)
-        specs = [
-            ("batch", _batch_curve(pg.mkPen(faint, width=1)), "train (batch)"),
-            ("smoothed", _batch_curve(pg.mkPen(train, width=2)), "train (smoothed)"),
-            ("epoch", pg.PlotDataItem(
-                pen=pg.mkPen(train, width=1, style=Qt.PenStyle.DashLine), symbol="o",
-                symbolSize=6, symbolBrush=train, symbolPen=None), "train (epoch)"),
-            ("val", pg.PlotDataItem(
-                pen=pg.mkPen(VAL, width=2.5), symbol="o", symbolSize=7, symbolBrush=VAL,
-                symbolPen=None), "validation"),
+        specs = [  # pens and brushes: _color_shell
+            ("batch", _batch_curve(None), "train (batch)"),
+            ("smoothed", _batch_curve(None), "train (smoothed)"),
+            ("epoch", pg.PlotDataItem(symbol="o", symbolSize=6, symbolPen=None, antialias=True),
+             "train (epoch)"),
+            ("val", pg.PlotDataItem(symbol="o", symbolSize=7, symbolPen=None, antialias=True),
+             "validation"),
         ]
         for role, curve, label in specs:
             curve.opts["name"] = label
@@ -357,17 +421,18 @@ class CurvesPanel(QWidget):
             plot.roles[role] = curve
         # The best epoch is its own one-point item, so no downsampling can thin it away.
         plot.best_line = pg.InfiniteLine(
-            angle=90, pen=pg.mkPen(BEST, width=1, style=Qt.PenStyle.DashLine), label="",
+            angle=90, label="",
             # Left of the line, half-way up: the best epoch is often the newest (right edge),
             # and a converging curve leaves the right half's middle empty.
-            labelOpts={"position": 0.5, "color": BEST, "fill": (255, 255, 255, 220),
-                       "anchors": [(1.04, 0.5), (1.04, 0.5)]})
+            labelOpts={"position": 0.5, "anchors": [(1.04, 0.5), (1.04, 0.5)]})
         plot.best_marker = pg.PlotDataItem(pen=None, symbol="star", symbolSize=18,
-                                           symbolBrush=BEST, symbolPen=pg.mkPen("w", width=1))
+                                           antialias=True)
         for best_item in (plot.best_line, plot.best_marker):
             best_item.setZValue(10)
             best_item.setVisible(False)
             item.addItem(best_item, ignoreBounds=best_item is plot.best_line)
+        color_plot(widget, self._colors)
+        self._color_shell(plot)
         return plot
 
     def _add_family(self, family: str) -> None:
@@ -375,8 +440,8 @@ class CurvesPanel(QWidget):
         widget = plot.widget
         widget.setAccessibleName(f"{_title(family)} plot")
         if widget.getPlotItem().titleLabel.text != _title(family):
-            widget.setTitle(_title(family), color="#222", size="11pt")
-            widget.setLabel("left", family, color="#222")
+            widget.setTitle(_title(family), color=self._colors.text, size="11pt")
+            widget.setLabel("left", family, color=self._colors.text)
         widget.getPlotItem().setLogMode(y=self._log_y)
         plot.curves = {family: plot.roles["batch"], f"{family}:smoothed": plot.roles["smoothed"],
                        f"{family}:epoch": plot.roles["epoch"], f"val_{family}": plot.roles["val"]}
@@ -593,8 +658,8 @@ class CurvesPanel(QWidget):
     def _on_x_axis(self, index: int) -> None:
         self._x_axis = list(XAxis)[index]
         for plot in [*self._plots.values()]:
-            plot.widget.setLabel("bottom", X_LABELS[self._x_axis], color="#222")
-        self._lr_plot.setLabel("bottom", X_LABELS[self._x_axis], color="#222")
+            plot.widget.setLabel("bottom", X_LABELS[self._x_axis], color=self._colors.text)
+        self._lr_plot.setLabel("bottom", X_LABELS[self._x_axis], color=self._colors.text)
         self._redraw_all()
         for widget in [p.widget for p in self._plots.values()] + [self._lr_plot]:
             widget.getPlotItem().enableAutoRange()

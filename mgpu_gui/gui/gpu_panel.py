@@ -13,7 +13,7 @@ import html
 from collections.abc import Iterable
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QColor
+from PySide6.QtGui import QColor, QGuiApplication, QPalette
 from PySide6.QtWidgets import (
     QCheckBox,
     QGridLayout,
@@ -31,6 +31,7 @@ from mgpu_gui.core.device_plan import DEFAULT_CPU_REPLICAS
 from mgpu_gui.core.devices import NA, GpuInfo, GpuInventory, NvmlState
 from mgpu_gui.core.telemetry import HISTORY_WINDOW_S, GpuSnapshot, TelemetryHistory
 from mgpu_gui.gui.gauges import FULL_COLOR, MEMORY_COLOR, WARN_COLOR, Meter, Sparkline
+from mgpu_gui.gui.theme import on_background
 
 GiB = 2**30
 MAX_CPU_REPLICAS = 64
@@ -171,12 +172,14 @@ def _process_text(snap: GpuSnapshot, own_pids: set[int]) -> str:
     if not snap.processes:
         return "<span style='color:gray'>no compute processes</span>"
     parts = []
+    window = QGuiApplication.palette().color(QPalette.ColorRole.Window)
+    own, foreign = (on_background(c, window).name() for c in (OWN_COLOR, FOREIGN_COLOR))
     for p in snap.processes:
         text = html.escape(_process(p.pid, p.used_memory))
         if p.pid in own_pids:
-            parts.append(f"<b style='color:{OWN_COLOR}'>{text} · this run</b>")
+            parts.append(f"<b style='color:{own}'>{text} · this run</b>")
         else:  # someone else's: stands out, the warning below says more when checked
-            parts.append(f"<span style='color:{FOREIGN_COLOR}'>{text}</span>")
+            parts.append(f"<span style='color:{foreign}'>{text}</span>")
     return " · ".join(parts)
 
 

@@ -25,6 +25,8 @@ class LogPanel(QTabWidget):
         self.summary.setFont(fixed)
         self.summary.setAccessibleName("Model summary")
         self.summary.setPlaceholderText("The model summary appears when a model is loaded.")
+        self.setAccessibleName("Log, model summary and runs")
+        self.tabBar().setAccessibleName("Log tabs")
         self.addTab(self.log, "Log")
         self.addTab(self.summary, "Model summary")
 

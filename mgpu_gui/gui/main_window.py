@@ -9,13 +9,17 @@ The run history (the store) is opened here and shared with the run controller
 (which records runs in it) and the Runs tab (which lists them). At start-up, runs
 that an earlier session did not see end are found in the background and offered
 for a resume; when the store cannot be opened, the app trains without a history.
+
+Help holds "Check my setup…" (the doctor) and About; both ask TensorFlow in a
+child process and open at once. The window follows the system's light or dark
+scheme (`theme.follow_system_scheme`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QSettings, Qt
+from PySide6.QtCore import QByteArray, QEvent, QSettings, Qt
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QMainWindow,
@@ -27,7 +31,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mgpu_gui import __version__
 from mgpu_gui.core.devices import GpuInventory, NvmlState
 from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.events import EpochEnd, Event, RunFailed, RunStarted, RunStatus
@@ -37,7 +40,9 @@ from mgpu_gui.core.store import RunRecord, RunStore
 from mgpu_gui.core.store import RunState as StoreState
 from mgpu_gui.core.storedb import StoreError
 from mgpu_gui.core.supervisor import PreparedRun, RunOutcome
+from mgpu_gui.gui.about_dialog import AboutDialog
 from mgpu_gui.gui.curves_panel import CurvesPanel
+from mgpu_gui.gui.doctor_dialog import DoctorDialog
 from mgpu_gui.gui.error_banner import ErrorBanner
 from mgpu_gui.gui.exporter import ModelExporter, ask_export_target
 from mgpu_gui.gui.gpu_panel import GpuPanel
@@ -48,7 +53,9 @@ from mgpu_gui.gui.run_controller import RunController, RunState
 from mgpu_gui.gui.run_setup import RunSetupPanel
 from mgpu_gui.gui.runs_panel import RunsPanel
 from mgpu_gui.gui.runs_table import STATUS_TEXT, best_text, short_name
+from mgpu_gui.gui.scaling_dialog import ScalingDialog
 from mgpu_gui.gui.telemetry_source import TelemetrySource
+from mgpu_gui.gui.theme import follow_system_scheme, refresh_style_sheets
 
 
 class MainWindow(QMainWindow):
@@ -56,6 +63,10 @@ class MainWindow(QMainWindow):
                  controller: RunController | None = None):
         super().__init__()
         self.setWindowTitle("mgpu-gui")
+        follow_system_scheme()  # light or dark as the system says, plots included
+        self.about_dialog: AboutDialog | None = None
+        self.doctor_dialog: DoctorDialog | None = None
+        self.scaling_dialog: ScalingDialog | None = None
         self.telemetry = telemetry or TelemetrySource(parent=self)
         self.controller = controller or RunController(self)
         self._owns_store = False
@@ -108,10 +119,19 @@ class MainWindow(QMainWindow):
         self.export_action = action("&Export model…", "Ctrl+E", self.export_model,
                                     "Save the trained single-device model")
         self.quit_action = action("&Quit", QKeySequence.StandardKey.Quit, self.close, "Quit")
-        about = QAction("&About mgpu-gui", self)
-        about.triggered.connect(self._about)
+        self.scaling_action = action(
+            "Scaling &test…", "Ctrl+Shift+T", self.show_scaling_test,
+            "Time this model on 1, 2, … of the chosen devices: samples/s, speed-up, efficiency")
+        self.doctor_action = QAction("&Check my setup…", self)
+        self.doctor_action.setStatusTip("Compare what the NVIDIA driver, CUDA, TensorFlow and "
+                                        "NCCL say, and what to fix when they disagree")
+        self.doctor_action.triggered.connect(self.check_setup)
+        self.about_action = QAction("&About mgpu-gui", self)
+        self.about_action.setMenuRole(QAction.MenuRole.AboutRole)
+        self.about_action.triggered.connect(self.show_about)
 
         bar = self.menuBar()
+        bar.setAccessibleName("Main menu")
         file_menu = bar.addMenu("&File")
         for act in (self.open_action, self.export_action):
             file_menu.addAction(act)
@@ -120,7 +140,11 @@ class MainWindow(QMainWindow):
         run_menu = bar.addMenu("&Run")
         run_menu.addAction(self.train_action)
         run_menu.addAction(self.stop_action)
-        bar.addMenu("&Help").addAction(about)
+        run_menu.addSeparator()
+        run_menu.addAction(self.scaling_action)
+        help_menu = bar.addMenu("&Help")
+        help_menu.addAction(self.doctor_action)
+        help_menu.addAction(self.about_action)
 
         toolbar = QToolBar("Run", self)
         toolbar.setObjectName("runToolbar")
@@ -165,6 +189,7 @@ class MainWindow(QMainWindow):
 
     def _connect(self) -> None:
         self.telemetry.inventory_changed.connect(self._inventory_ready)
+        self.telemetry.inventory_changed.connect(self._forward_inventory)
         self.telemetry.snapshots.connect(self.gpu_panel.update_snapshots)
         self.gpu_panel.selection_changed.connect(
             lambda: self.run_setup.set_replicas(self.gpu_panel.replicas()))
@@ -268,6 +293,8 @@ class MainWindow(QMainWindow):
         idle = state is RunState.IDLE
         self.train_action.setEnabled(idle and self.run_setup.is_valid())
         self.stop_action.setEnabled(state is RunState.RUNNING)
+        # A scaling test beside a training run would time the two competing for devices.
+        self.scaling_action.setEnabled(idle and self.run_setup.is_valid())
         self.export_action.setEnabled(idle and not self.exporter.is_running()
                                       and self._export_source() is not None)
         self.run_setup.set_enabled_for_run(idle)
@@ -406,6 +433,11 @@ class MainWindow(QMainWindow):
             QMessageBox.StandardButton.No)
         return answer == QMessageBox.StandardButton.Yes
 
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt's name)
+        super().changeEvent(event)
+        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
+            refresh_style_sheets(self)  # light <-> dark: styled widgets keep old palettes
+
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 (Qt's name)
         if self.controller.is_running():
             event.ignore()
@@ -419,13 +451,53 @@ class MainWindow(QMainWindow):
         self.run_setup.shutdown()
         self.exporter.cancel()
         self.runs_panel.shutdown()
+        for dialog in (self.about_dialog, self.doctor_dialog, self.scaling_dialog):
+            if dialog is not None:
+                dialog.close()  # kills a TensorFlow child still running
         if self.reconciler is not None:
             self.reconciler.wait(10.0)
         if self._owns_store and self.store is not None:
             self.store.close()
         event.accept()
 
-    def _about(self) -> None:
-        QMessageBox.about(self, "About mgpu-gui",
-                          f"<b>mgpu-gui {__version__}</b><p>Data-parallel Keras training on "
-                          f"this workstation's GPUs (tf.distribute.MirroredStrategy).</p>")
+    # -- about and the doctor --------------------------------------------------------
+    def show_about(self) -> AboutDialog:
+        """Versions, TensorFlow's asked in a child process; opens at once."""
+        if self.about_dialog is None:
+            self.about_dialog = AboutDialog(self.telemetry.inventory, self)
+            self.about_dialog.check_setup_requested.connect(self.check_setup)
+            self.about_dialog.finished.connect(lambda _: self._forget_dialog("about_dialog"))
+        self.about_dialog.show()
+        self.about_dialog.raise_()
+        return self.about_dialog
+
+    def check_setup(self) -> DoctorDialog:
+        """The doctor's findings ("Check my setup…"); TensorFlow asked in a child process."""
+        if self.doctor_dialog is None:
+            self.doctor_dialog = DoctorDialog(self.telemetry.inventory, self)
+            self.doctor_dialog.finished.connect(lambda _: self._forget_dialog("doctor_dialog"))
+        self.doctor_dialog.show()
+        self.doctor_dialog.raise_()
+        return self.doctor_dialog
+
+    def show_scaling_test(self) -> ScalingDialog:
+        """The scaling test for the current model, data and devices (a fresh dialog each time
+        the settings may have changed)."""
+        if self.scaling_dialog is not None:
+            self.scaling_dialog.close()
+        config = self.run_setup.build_config(self.gpu_panel.device_selection())
+        self.scaling_dialog = ScalingDialog(self, config)
+        self.scaling_dialog.finished.connect(lambda _: self._forget_dialog("scaling_dialog"))
+        self.scaling_dialog.show()
+        return self.scaling_dialog
+
+    def _forget_dialog(self, name: str) -> None:
+        dialog = getattr(self, name)
+        setattr(self, name, None)
+        if dialog is not None:
+            dialog.deleteLater()
+
+    def _forward_inventory(self, inventory: GpuInventory) -> None:
+        for dialog in (self.about_dialog, self.doctor_dialog):
+            if dialog is not None:
+                dialog.set_inventory(inventory)

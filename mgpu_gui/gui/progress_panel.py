@@ -77,6 +77,12 @@ class ProgressPanel(QWidget):
             label.setMinimumWidth(120)
         self.status_label = QLabel()
         self.status_label.setAccessibleName("Run status")
+        self.status_label.setToolTip(
+            "Replicas: copies of the model, one per GPU (or CPU device), each fed its share "
+            "of every batch.\nGlobal batch = per-replica batch × replicas, shown as "
+            "'global batch G (per-replica × replicas)'.\nSamples dropped per epoch: the "
+            "training samples that do not fill a last global batch; skipped so every "
+            "replica gets a full share (reshuffled, so not the same samples each epoch).")
         self.status_label.setWordWrap(True)
         layout.addWidget(self.epoch_label, 0, 0)
         layout.addWidget(self.epoch_bar, 0, 1)

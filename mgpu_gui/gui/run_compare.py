@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QEvent, Qt
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -24,11 +24,9 @@ from PySide6.QtWidgets import (
 )
 
 from mgpu_gui.core.events import EpochEnd, Event
-from mgpu_gui.gui.curves_panel import LR_NAMES
+from mgpu_gui.gui.curves_panel import LR_NAMES, color_plot
+from mgpu_gui.gui.theme import plot_colors
 
-# Okabe-Ito, then Tableau: distinguishable with the common colour-vision deficiencies.
-PALETTE = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9", "#000000",
-           "#8c564b", "#7f7f7f", "#bcbd22")
 PREFERRED = ("val_loss", "loss", "val_accuracy", "accuracy")
 
 
@@ -76,16 +74,15 @@ class RunCompareView(QWidget):
         self.note.setAccessibleName("Comparison note")
         self.plot = pg.PlotWidget()
         self.plot.setAccessibleName("Comparison plot")
-        self.plot.setBackground("w")
+        self.colors = plot_colors(self.palette())
         item = self.plot.getPlotItem()
         for side in ("left", "bottom"):
-            item.getAxis(side).setPen(pg.mkPen("#444"))
-            item.getAxis(side).setTextPen(pg.mkPen("#222"))
             item.getAxis(side).enableAutoSIPrefix(False)
         item.showGrid(x=True, y=True, alpha=0.15)
-        item.setLabel("bottom", "epoch", color="#222")
-        self.legend = item.addLegend(offset=(-10, 10), labelTextColor="#222",
-                                     brush=pg.mkBrush(255, 255, 255, 220), pen=pg.mkPen("#bbb"))
+        item.setLabel("bottom", "epoch")
+        self.legend = item.addLegend(offset=(-10, 10))
+        self._color_legend()
+        color_plot(self.plot, self.colors)
 
         controls = QHBoxLayout()
         label = QLabel("&Metric")
@@ -101,10 +98,12 @@ class RunCompareView(QWidget):
         layout.addWidget(self.note)
 
         self.metric_combo.currentTextChanged.connect(self.show_metric)
-        self.log_check.toggled.connect(lambda _: self.show_metric(self.metric()))
-        self.show_metric(self.metric())
+        self.log_check.toggled.connect(lambda _: self.show_metric(self.metric_name()))
+        self.show_metric(self.metric_name())
 
-    def metric(self) -> str:
+    def metric_name(self) -> str:
+        # Not `metric()`: that name would override QWidget.metric(PaintDeviceMetric), which
+        # Qt calls (with an argument) when it needs the widget's DPI.
         return self.metric_combo.currentText()
 
     def set_metric(self, name: str) -> None:
@@ -117,8 +116,8 @@ class RunCompareView(QWidget):
         self.curves = []
         log = self.log_check.isChecked()
         item.setLogMode(y=log)
-        item.setLabel("left", name, color="#222")
-        item.setTitle(f"{name} per epoch" if name else "", color="#222", size="11pt")
+        item.setLabel("left", name, color=self.colors.text)
+        item.setTitle(f"{name} per epoch" if name else "", color=self.colors.text, size="11pt")
         missing = []
         for index, run in enumerate(self.runs):
             values = run.metrics.get(name)
@@ -128,14 +127,30 @@ class RunCompareView(QWidget):
             x = np.asarray(run.epochs, dtype=float) + 1.0  # epoch 1 is the first, as in Keras
             y = np.asarray(values, dtype=float)
             keep = np.isfinite(y) & (y > 0 if log else True)
-            color = PALETTE[index % len(PALETTE)]
+            color = self.colors.series[index % len(self.colors.series)]
             curve = item.plot(x[keep], y[keep], name=run.label, pen=pg.mkPen(color, width=2),
-                              symbol="o", symbolSize=6, symbolBrush=color, symbolPen=None)
+                              symbol="o", symbolSize=6, symbolBrush=color, symbolPen=None,
+                              antialias=True)
             self.curves.append(curve)
         self.note.setText(f"Not in {', '.join(missing)}: no {name} was recorded there."
                           if missing else "")
         self.note.setVisible(bool(missing))
         item.enableAutoRange()
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt's name)
+        super().changeEvent(event)
+        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
+            colors = plot_colors(self.palette())
+            if colors != self.colors:  # light <-> dark: redraw in the new colours
+                self.colors = colors
+                self._color_legend()
+                color_plot(self.plot, colors)
+                self.show_metric(self.metric_name())
+
+    def _color_legend(self) -> None:
+        self.legend.setLabelTextColor(self.colors.text)
+        self.legend.setBrush(pg.mkBrush(*self.colors.fill(220)))
+        self.legend.setPen(pg.mkPen(self.colors.axis))
 
 
 class RunCompareDialog(QDialog):

@@ -270,6 +270,7 @@ class RunSetupPanel(QWidget):
         self.model_edit = self.model_combo.lineEdit()
         self.model_edit.setAcceptDrops(False)  # a dropped file goes to the panel's handler
         self.model_edit.setPlaceholderText("demo, or a .keras / .h5 / .py file")
+        self.model_edit.setAccessibleName("Model file path")
         self.model_browse = QPushButton("Browse…")
         self.summary_button = QPushButton("Show summary")
         self.summary_button.setSizePolicy(QSizePolicy.Policy.Maximum, QSizePolicy.Policy.Fixed)
@@ -344,13 +345,19 @@ class RunSetupPanel(QWidget):
         self.batch_hint.setProperty("role", "hint")
         self.batch_hint.setWordWrap(True)
         self.batch_hint.setAccessibleName("Steps and dropped samples per epoch")
-        batch_tip = ("Samples each GPU (replica) processes per step. The global batch, the "
-                     "samples per optimizer step, is this times the number of replicas; the "
-                     "learning rate you set applies to the global batch. The last partial "
-                     "global batch of each epoch is dropped so all replicas get equal work.")
-        self._name(self.batch_spin, "Batch per GPU (per replica)", batch_tip)
-        self.batch_text.setToolTip(batch_tip)
-        self.batch_hint.setToolTip(batch_tip)
+        self._name(self.batch_spin, "Batch per GPU (per replica)",
+                   "Per-replica batch: the samples each GPU (replica) processes per step.\n"
+                   "The global batch, the samples in one optimizer step, is this times the "
+                   "number of replicas; the learning rate you set applies to the global batch.")
+        self.batch_text.setToolTip(
+            "Global batch = per-replica batch × replicas: the samples in one optimizer step, "
+            "split evenly over the replicas. More GPUs with the same per-replica batch means "
+            "a bigger global batch (and often a larger learning rate to match).")
+        self.batch_hint.setToolTip(
+            "Samples dropped per epoch: the training samples left over after the last full "
+            "global batch. They are skipped (drop_remainder) because a partial batch can "
+            "leave a replica with no samples at all, which breaks Conv2D and BatchNorm. The "
+            "data are reshuffled every epoch, so different samples are left out each time.")
         form.addRow("Batch/GPU", self._field("batch_per_replica",
                                              [self.batch_spin, self.batch_text],
                                              below=[self.batch_hint]))
@@ -386,9 +393,11 @@ class RunSetupPanel(QWidget):
 
         self.sync_bn = QCheckBox("Synchronized BatchNorm")
         self._name(self.sync_bn, "Synchronized BatchNorm",
-                   "BatchNormalization normally computes its statistics per GPU, over the "
-                   "per-GPU batch only. Synchronized, it averages them over all replicas, as "
-                   "with one big batch: better with small per-GPU batches, a bit slower.")
+                   "Synchronized BatchNorm: BatchNormalization layers compute their mean and "
+                   "variance over the global batch (all replicas, one all-reduce per layer "
+                   "and step) instead of over each replica's per-replica batch alone.\n"
+                   "Better with small per-replica batches (under ~32), a bit slower; it "
+                   "changes nothing in a model without BatchNormalization layers.")
         form.addRow("", self._field("sync_batchnorm", [self.sync_bn]))
 
         self.output_edit = QLineEdit()

@@ -91,7 +91,7 @@ class RunsPanel(QWidget):
         self.empty_label = QLabel(wordWrap=True)
         self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.empty_label.setAccessibleName("No runs")
-        self.empty_label.setStyleSheet("color: #555; padding: 12px;")
+        self.empty_label.setStyleSheet("color: palette(placeholder-text); padding: 12px;")
         self.empty_label.setText(
             "No runs yet. Every run you train is listed here with its state, best epoch and "
             "folder; select runs to show their curves, compare them or resume one."

@@ -11,9 +11,10 @@ import time
 from pathlib import Path
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, QPersistentModelIndex, Qt
-from PySide6.QtGui import QBrush, QColor, QIcon, QPainter, QPixmap
+from PySide6.QtGui import QBrush, QColor, QGuiApplication, QIcon, QPainter, QPalette, QPixmap
 
 from mgpu_gui.core.store import RunRecord, RunState
+from mgpu_gui.gui.theme import on_background
 
 STATUS_TEXT = {
     RunState.RUNNING: ("Running", "#1565c0"),
@@ -81,15 +82,26 @@ def started_text(record: RunRecord, now: float | None = None) -> str:
 
 
 def _status_icon(color: str) -> QIcon:
-    pixmap = QPixmap(12, 12)
-    pixmap.fill(Qt.GlobalColor.transparent)
-    painter = QPainter(pixmap)
-    painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-    painter.setPen(Qt.PenStyle.NoPen)
-    painter.setBrush(QColor(color))
-    painter.drawEllipse(1, 1, 10, 10)
-    painter.end()
-    return QIcon(pixmap)
+    """A 12-pixel dot, drawn at 1x, 2x and 3x so it is crisp on high-DPI screens."""
+    icon = QIcon()
+    for scale in (1, 2, 3):
+        pixmap = QPixmap(12 * scale, 12 * scale)
+        pixmap.setDevicePixelRatio(scale)
+        pixmap.fill(Qt.GlobalColor.transparent)
+        painter = QPainter(pixmap)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        painter.setPen(Qt.PenStyle.NoPen)
+        painter.setBrush(QColor(color))
+        painter.drawEllipse(1, 1, 10, 10)  # logical pixels: the painter scales
+        painter.end()
+        icon.addPixmap(pixmap)
+    return icon
+
+
+def _text_color(color: str) -> QBrush:
+    """A status colour readable on the table's background, light or dark."""
+    base = QGuiApplication.palette().color(QPalette.ColorRole.Base)
+    return QBrush(on_background(color, base))
 
 
 class RunsTableModel(QAbstractTableModel):
@@ -139,9 +151,9 @@ class RunsTableModel(QAbstractTableModel):
             return self._icons[record.status]
         if role == Qt.ItemDataRole.ForegroundRole:
             if not record.folder_exists:
-                return QBrush(QColor(MISSING))
+                return _text_color(MISSING)
             if column == 0:
-                return QBrush(QColor(STATUS_TEXT[record.status][1]))
+                return _text_color(STATUS_TEXT[record.status][1])
         if role == Qt.ItemDataRole.ToolTipRole:
             return self._tooltip(record, column)
         if role == Qt.ItemDataRole.TextAlignmentRole and column == 5:
