@@ -38,6 +38,7 @@ MAX_CPU_REPLICAS = 64
 OWN_COLOR = "#1a7f37"
 FOREIGN_COLOR = "#9a6700"
 INDENT = 22  # under the GPU name, past the checkbox
+WAITING = "<span style='color:gray'>processes: …</span>"  # before the first snapshot
 
 
 def _gib(size: int | None) -> str:
@@ -92,6 +93,8 @@ class _GpuRow:
         self.processes.setIndent(INDENT)
         self.processes.setWordWrap(True)
         self.processes.setContentsMargins(0, 0, 0, 6)  # a gap before the next GPU
+        # A grid does not ask a word-wrapped label for its height: reserve one line at least.
+        self.processes.setMinimumHeight(self.processes.fontMetrics().lineSpacing() + 6)
         self.processes.setAccessibleName(f"GPU {gpu.index} processes")
         self.processes.setToolTip("Compute processes on this GPU: pid (GPU memory)")
         util_label, memory_label = QLabel("util", parent), QLabel("mem", parent)
@@ -110,6 +113,8 @@ class _GpuRow:
         grid.addWidget(self.memory_busy, line + 2, 2)
         grid.addWidget(self.processes, line + 3, 0, 1, 4)
         self._texts: dict[QLabel, str] = {}
+        # A line from the start: the window sizes this panel before the first snapshot.
+        self._set(self.processes, WAITING)
 
     @staticmethod
     def _label(parent: QWidget, tooltip: str) -> QLabel:
@@ -137,7 +142,7 @@ class _GpuRow:
             self._set(self.detail, NA)
             self._set(self.memory_busy, NA)
             self._set(self.processes, "<i>GPU lost: NVML cannot reach it; check nvidia-smi"
-                      "</i>" if lost else "")
+                      "</i>" if lost else WAITING)
             return
         util = snap.utilization_gpu
         self.utilization.set_value(None if util is None else util / 100,

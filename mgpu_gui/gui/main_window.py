@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QEvent, QSettings, Qt
+from PySide6.QtCore import QByteArray, QEvent, QObject, QSettings, Qt
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QMainWindow,
@@ -165,6 +165,11 @@ class MainWindow(QMainWindow):
         left.setStretchFactor(1, 1)
         left.setSizes([self.gpu_panel.sizeHint().height(), 520])
         self.left_splitter = left
+        # The GPU panel grows after start (rows, processes, a busy warning): keep it whole
+        # until the user drags the splitter (setSizes does not count as a drag).
+        self._gpu_split_by_user = False
+        left.splitterMoved.connect(self._gpu_split_moved)
+        self.gpu_panel.installEventFilter(self)
 
         right = QWidget()
         right_layout = QVBoxLayout(right)
@@ -394,11 +399,25 @@ class MainWindow(QMainWindow):
         self._update_actions()
 
     # -- devices -------------------------------------------------------------
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt's name)
+        if watched is self.gpu_panel and event.type() == QEvent.Type.LayoutRequest:
+            self._fit_gpu_panel()
+        return super().eventFilter(watched, event)
+
+    def _gpu_split_moved(self) -> None:
+        self._gpu_split_by_user = True
+
+    def _fit_gpu_panel(self) -> None:
+        if self._gpu_split_by_user:
+            return
+        sizes = self.left_splitter.sizes()
+        wanted = self.gpu_panel.sizeHint().height()
+        if sizes[0] != wanted:
+            self.left_splitter.setSizes([wanted, max(sum(sizes) - wanted, 200)])
+
     def _inventory_ready(self, inventory: GpuInventory) -> None:
         self.gpu_panel.set_inventory(inventory)
-        sizes = self.left_splitter.sizes()
-        wanted = self.gpu_panel.sizeHint().height()  # rows exist now: make room for them
-        self.left_splitter.setSizes([wanted, max(sum(sizes) - wanted, 200)])
+        self._fit_gpu_panel()  # rows exist now: make room for them
         self.run_setup.set_replicas(self.gpu_panel.replicas())
         if inventory.state is NvmlState.OK:
             self.statusBar().showMessage(f"{len(inventory.gpus)} GPU(s), driver "
