@@ -468,3 +468,30 @@ def test_closing_the_dialog_mid_test_kills_the_child(dialog, qtbot):
     t0 = time.monotonic()
     dialog.close()
     assert not dialog.is_running() and time.monotonic() - t0 < 10
+
+
+def test_plots_follow_a_dark_palette_and_the_png_stays_light(qtbot, qapp, tmp_path):
+    from PySide6.QtGui import QColor, QImage, QPalette
+
+    from mgpu_gui.gui.scaling_plot import ScalingPlot, save_report_png
+    from mgpu_gui.gui.theme import dark_palette
+
+    report = cpu_report(result(1, 0.010), result(2, 0.0125))
+    plot = ScalingPlot()
+    qtbot.addWidget(plot)
+    plot.set_report(report)
+    plot.show()
+
+    def background():
+        return plot.throughput.backgroundBrush().color().lightness()
+
+    assert background() > 200
+    qapp.setPalette(dark_palette())  # what a desktop does on a switch to dark
+    try:
+        qtbot.waitUntil(lambda: background() < 80)
+        png = save_report_png(report, tmp_path / "s.png")
+    finally:
+        qapp.setPalette(QPalette())
+    qtbot.waitUntil(lambda: background() > 200)
+    corner = QImage(str(png)).pixelColor(5, 5)
+    assert corner.lightness() > 200 and corner != QColor("black")

@@ -15,26 +15,26 @@ from pathlib import Path
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, QtMsgType, qInstallMessageHandler
+from PySide6.QtCore import QEvent, Qt, QtMsgType, qInstallMessageHandler
+from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QApplication, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from mgpu_gui.core.scaling import ScalingReport, describe, device_word
+from mgpu_gui.gui.curves_panel import color_plot
+from mgpu_gui.gui.theme import PlotColors, on_background, plot_colors
 
 MEASURED, IDEAL, GOOD, WARN, FAILED = "#1f77b4", "#8a8a8a", "#2e7d32", "#c62828", "#c62828"
 PNG_SIZE = (1100, 520)
 
 
 def _style(widget: pg.PlotWidget, title: str, left: str) -> pg.PlotItem:
-    widget.setBackground("w")
+    """Layout only; the colours come from `_apply_colors`."""
     item = widget.getPlotItem()
     for side in ("left", "bottom"):
-        axis = item.getAxis(side)
-        axis.setPen(pg.mkPen("#444"))
-        axis.setTextPen(pg.mkPen("#222"))
-        axis.enableAutoSIPrefix(False)
-    item.setTitle(title, color="#222", size="11pt")
-    item.setLabel("left", left, color="#222")
-    item.setLabel("bottom", "devices", color="#222")
+        item.getAxis(side).enableAutoSIPrefix(False)
+    item.setTitle(title, size="11pt")
+    item.setLabel("left", left)
+    item.setLabel("bottom", "devices")
     item.showGrid(x=True, y=True, alpha=0.15)
     item.getAxis("left").setWidth(64)  # room for "100000" beside the label, known up front
     item.setMenuEnabled(False)
@@ -45,8 +45,11 @@ def _style(widget: pg.PlotWidget, title: str, left: str) -> pg.PlotItem:
 class ScalingPlot(QWidget):
     """Throughput and efficiency against devices, side by side."""
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, colors: PlotColors | None = None) -> None:
+        """`colors` fixes the colours (a PNG is always light); by default they follow the
+        palette, light or dark."""
         super().__init__(parent)
+        self._fixed_colors = colors is not None
         self.setAccessibleName("Scaling plots")
         self.report: ScalingReport | None = None
         self.throughput = pg.PlotWidget()
@@ -102,7 +105,46 @@ class ScalingPlot(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.throughput, 1)
         layout.addWidget(self.efficiency, 1)
+        self._colors = colors or plot_colors(self.palette())
+        self._apply_colors()
         self.clear()
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt's name)
+        super().changeEvent(event)
+        if self._fixed_colors or event.type() not in (QEvent.Type.PaletteChange,
+                                                      QEvent.Type.ApplicationPaletteChange):
+            return
+        colors = plot_colors(self.palette())
+        if colors != self._colors:
+            self._colors = colors
+            self._apply_colors()
+
+    def _apply_colors(self) -> None:
+        colors = self._colors
+        background = QColor(colors.background)
+
+        def role(color: str) -> str:
+            return on_background(color, background).name()
+
+        measured, good, warn = colors.train, role(GOOD), role(WARN)
+        for widget in (self.throughput, self.efficiency):
+            color_plot(widget, colors)
+        self._legend.setLabelTextColor(colors.text)
+        for _, label in self._legend.items:  # labels made earlier keep their colour otherwise
+            label.setText(label.text, color=colors.text)
+        self._legend.setBrush(pg.mkBrush(*colors.fill(220)))
+        self._legend.setPen(pg.mkPen(colors.axis))
+        for curve in (self.throughput_curve, self.efficiency_curve):
+            curve.setPen(pg.mkPen(measured, width=2.5))
+            curve.setSymbolBrush(measured)
+            curve.setSymbolPen(pg.mkPen(colors.background, width=1))
+        self.spread_bars.setData(pen=pg.mkPen(measured, width=1.5))
+        self.threshold_line.setPen(pg.mkPen(warn, width=1.5, style=Qt.PenStyle.DotLine))
+        self.threshold_line.label.setColor(warn)
+        for line in self.recommended_lines:
+            line.setPen(pg.mkPen(good, width=1.5, style=Qt.PenStyle.DashLine))
+            line.label.setColor(good)
+        self.ideal_efficiency.label.setColor(colors.axis)
 
     def clear(self) -> None:
         self.report = None
@@ -159,7 +201,7 @@ class ScalingPlot(QWidget):
         for widget in (self.throughput, self.efficiency):
             item = widget.getPlotItem()
             item.getAxis("bottom").setTicks(ticks)
-            item.getAxis("bottom").setLabel(report.unit, color="#222")
+            item.getAxis("bottom").setLabel(report.unit, color=self._colors.text)
             pad = 0.3 if counts else 0.0
             if counts:
                 item.setXRange(min(counts) - pad, max(counts) + pad, padding=0)
@@ -176,10 +218,11 @@ class ScalingFigure(QWidget):
     def __init__(self, report: ScalingReport, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setStyleSheet("background: white; color: #222;")
+        light = plot_colors(QPalette(QColor("#efefef"), QColor("#ffffff")))
         title = QLabel(f"<b>Scaling test</b> &mdash; {describe(report)}")
         devices = QLabel(devices_text(report))
         devices.setStyleSheet("color: #555;")
-        self.plot = ScalingPlot()
+        self.plot = ScalingPlot(colors=light)
         self.plot.set_report(report)
         rec = report.recommendation.sentence if report.recommendation else "No count was measured."
         footer = QLabel(" ".join([rec, *report.notes]), wordWrap=True)
