@@ -153,6 +153,10 @@ def main(argv: list[str] | None = None) -> int:
         except RunBusyError as error:
             print(f"error: {error}", file=sys.stderr)  # not an event: the run is another's
             return EXIT_FAILED
+    else:
+        # Inherited fds are inheritable: a grandchild started with a plain fork/exec (the
+        # export verifier, anything a library spawns) would keep the run "live" after us.
+        os.set_inheritable(args.lock_fd, False)
     pipe = os.fdopen(args.events_fd, "w", buffering=1, encoding="utf-8") if (
         args.events_fd is not None) else None
     channel = EventChannel(pipe, run_dir.events_jsonl)
