@@ -153,10 +153,11 @@ def main(argv: list[str] | None = None) -> int:
         except RunBusyError as error:
             print(f"error: {error}", file=sys.stderr)  # not an event: the run is another's
             return EXIT_FAILED
-    else:
-        # Inherited fds are inheritable: a grandchild started with a plain fork/exec (the
-        # export verifier, anything a library spawns) would keep the run "live" after us.
-        os.set_inheritable(args.lock_fd, False)
+    # Inherited fds are inheritable: a grandchild started by a plain fork/exec (anything a
+    # library spawns) would keep the run "live" and the supervisor's pipes open after us.
+    for fd in (args.lock_fd, args.events_fd, args.control_fd):
+        if fd is not None:
+            os.set_inheritable(fd, False)
     pipe = os.fdopen(args.events_fd, "w", buffering=1, encoding="utf-8") if (
         args.events_fd is not None) else None
     channel = EventChannel(pipe, run_dir.events_jsonl)
