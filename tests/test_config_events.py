@@ -6,7 +6,13 @@ import dataclasses
 
 import pytest
 
-from mgpu_gui.core.config import DeviceKind, DeviceSelection, EarlyStoppingConfig, RunConfig
+from mgpu_gui.core.config import (
+    DeviceKind,
+    DeviceSelection,
+    EarlyStoppingConfig,
+    LRScalingConfig,
+    RunConfig,
+)
 from mgpu_gui.core.data import dropped_per_epoch, eval_batch, steps
 from mgpu_gui.core.errors import ConfigError
 from mgpu_gui.core.events import (
@@ -28,8 +34,13 @@ def test_config_round_trips_through_json():
         model="demo", epochs=3, metrics=("accuracy", "auc"), image_size=(32, 48),
         devices=DeviceSelection(kind=DeviceKind.GPU, gpus=("0", "GPU-abc")),
         early_stopping=EarlyStoppingConfig(enabled=True, patience=2),
+        lr_scaling=LRScalingConfig(enabled=True, warmup_epochs=2), precision="mixed_float16",
+        jit_compile=True,
     )
     assert RunConfig.from_json(config.to_json()) == config
+    # A run folder's config.json from before the speed options still loads.
+    old = RunConfig.from_dict({"epochs": 3})
+    assert (old.precision, old.jit_compile, old.lr_scaling.enabled) == ("float32", False, False)
 
 
 def test_unknown_setting_is_named():
@@ -48,6 +59,9 @@ def test_unknown_setting_is_named():
     ({"export_formats": ("onnx",)}, "export_formats", "unknown format"),
     ({"devices": DeviceSelection(replicas=0)}, "devices.replicas", "at least 1"),
     ({"devices": DeviceSelection(kind=DeviceKind.CPU, gpus=("0",))}, "devices.gpus", "CPU"),
+    ({"precision": "float8"}, "precision", "use one of float32"),
+    ({"lr_scaling": LRScalingConfig(enabled=True, warmup_epochs=10)},
+     "lr_scaling.warmup_epochs", "leaves no epoch of the 10"),
 ])
 def test_each_problem_gets_its_own_message(changes, field, words):
     problems = dict(RunConfig(**changes).problems())

@@ -22,8 +22,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mgpu_gui.core.config import DeviceKind, DeviceSelection, EarlyStoppingConfig, RunConfig
+from mgpu_gui.core.config import (
+    DeviceKind,
+    DeviceSelection,
+    EarlyStoppingConfig,
+    LRScalingConfig,
+    RunConfig,
+)
 from mgpu_gui.core.datafile import inspect_data
+from mgpu_gui.core.devices import GpuInfo
 from mgpu_gui.core.errors import DataError, ModelError
 from mgpu_gui.core.modelfile import inspect_model_file
 from mgpu_gui.gui.run_setup import RunSetupPanel
@@ -167,6 +174,34 @@ def test_valid_demo_config_round_trips(panel, qtbot, tmp_path):
     assert panel.is_valid(), panel.problems()
     assert panel.build_config(wanted.devices) == wanted
     assert panel.width_spin.value() == 40 and panel.height_spin.value() == 48
+
+
+def test_speed_options_round_trip_and_their_hints_follow_live(panel):
+    wanted = RunConfig(precision="mixed_bfloat16", jit_compile=True, learning_rate=1e-3,
+                       lr_scaling=LRScalingConfig(enabled=True, warmup_epochs=3))
+    panel.set_config(wanted)
+    assert panel.build_config() == wanted
+    volta = GpuInfo(index=0, name="Tesla V100", uuid="GPU-0", pci_bus_id=None,
+                    memory_total=None, compute_capability=(7, 0))
+    panel.set_replicas(2, gpus=[volta, volta])
+    assert panel.lr_hint.text() == "base LR 0.001 → scaled 0.002 (× 2 replicas), warm-up 3 epochs"
+    panel.lr_edit.setText("0.01")  # no check needed: the hint follows each keystroke
+    assert panel.lr_hint.text().startswith("base LR 0.01 → scaled 0.02 (× 2 replicas)")
+    assert "needs compute capability 8.0 (Ampere)" in panel.precision_hint.text()
+    assert "color" in panel.precision_hint.styleSheet()  # shown as a warning
+    panel.precision_combo.setCurrentIndex(panel.precision_combo.findData("mixed_float16"))
+    assert "supports mixed_float16" not in panel.precision_hint.text()
+    assert "support mixed_float16 (float16 tensor cores)" in panel.precision_hint.text()
+    assert panel.precision_hint.styleSheet() == ""
+    panel.scale_lr.setChecked(False)
+    assert not panel.lr_hint.isVisibleTo(panel) and not panel.warmup_spin.isEnabled()
+    panel.set_replicas(1, gpus=[])  # CPU replicas: the hint reads the CPU
+    assert "CPU" in panel.precision_hint.text()
+    panel.epochs_spin.setValue(3)
+    panel.scale_lr.setChecked(True)
+    panel.check_now()
+    assert "leaves no epoch" in panel.problems()["lr_scaling.warmup_epochs"]
+    assert panel.warmup_spin.property("invalid") is True
 
 
 def test_settings_and_recent_files_persist(qtbot, tmp_path):

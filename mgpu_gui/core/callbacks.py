@@ -28,6 +28,7 @@ import keras
 
 from mgpu_gui.core import checkpoints as ckpt
 from mgpu_gui.core.events import BatchEnd, CheckpointSaved, EpochEnd, EventSink
+from mgpu_gui.core.lr_schedule import LinearScaling
 
 
 class EpochTracker:
@@ -87,6 +88,72 @@ class CompleteEpochsOnly(keras.callbacks.Callback):
 
     def on_epoch_end(self, epoch, logs=None):
         if self.tracker.complete(epoch):
+            self.inner.on_epoch_end(epoch, logs)
+
+
+class LinearWarmup(keras.callbacks.Callback):
+    """The linear scaling rule's warm-up (lr_schedule.py): sets the LR before each step.
+
+    During the warm-up the LR rises per step to the scaled LR; the first epoch
+    after it starts at the scaled LR. Later epochs are left alone, so a
+    ReduceLROnPlateau reduction (see `AfterWarmup`) and the LR a resumed run's
+    backup restored both stand. A callback rather than a LearningRateSchedule:
+    Keras refuses to set the LR of an optimizer built with a schedule, which is
+    what ReduceLROnPlateau does. Before-step hooks run on the training thread, in
+    order, so the step sees the value; `fit` still dispatches batch ends asynchronously.
+    """
+
+    async_safe = True
+
+    def __init__(self, rule: LinearScaling):
+        super().__init__()
+        self.rule = rule
+        self._epoch = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+        if epoch == self.rule.warmup_epochs:
+            self.model.optimizer.learning_rate = self.rule.scaled_lr
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self.rule.in_warmup(self._epoch):
+            self.model.optimizer.learning_rate = self.rule.lr_at(self._epoch, batch)
+
+
+class AfterWarmup(keras.callbacks.Callback):
+    """Runs `inner`'s epoch ends only after the warm-up (for ReduceLROnPlateau).
+
+    The warm-up owns the LR; a reduction decided in it would be overwritten at
+    the next step, and a plateau in the first epochs says little. From the first
+    epoch after the warm-up, ReduceLROnPlateau watches and reduces from the scaled LR.
+    """
+
+    async_safe = True
+
+    def __init__(self, inner: keras.callbacks.Callback, warmup_epochs: int):
+        super().__init__()
+        self.inner = inner
+        self.warmup_epochs = warmup_epochs
+
+    def set_model(self, model: keras.Model) -> None:
+        super().set_model(model)
+        self.inner.set_model(model)
+
+    def set_params(self, params: dict) -> None:
+        super().set_params(params)
+        self.inner.set_params(params)
+
+    def on_train_begin(self, logs=None):
+        self.inner.on_train_begin(logs)
+
+    def on_train_end(self, logs=None):
+        self.inner.on_train_end(logs)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.inner.on_epoch_begin(epoch, logs)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch >= self.warmup_epochs:
             self.inner.on_epoch_end(epoch, logs)
 
 

@@ -22,6 +22,8 @@ DEMO = "demo"
 MODEL_SUFFIXES = (".keras", ".h5", ".hdf5", ".py")
 EXPORT_FORMATS = ("keras", "h5", "savedmodel")
 OPTIMIZERS = ("adam", "adamw", "sgd", "rmsprop", "nadam", "adagrad")
+# Keras dtype policies a run can choose; see precision.py for what each needs.
+PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 
 
 class DeviceKind(StrEnum):
@@ -62,6 +64,19 @@ class ReduceLROnPlateauConfig:
 
 
 @dataclass(frozen=True)
+class LRScalingConfig:
+    """The linear scaling rule (Goyal et al. 2017) for a global batch that grows with replicas.
+
+    The learning rate set for the run is the base LR, right for one replica's
+    batch; the run trains at base LR x replicas (= x global / per-replica batch),
+    reached by a linear warm-up over `warmup_epochs` (see lr_schedule.py).
+    """
+
+    enabled: bool = False
+    warmup_epochs: int = 5
+
+
+@dataclass(frozen=True)
 class RunConfig:
     model: str = DEMO
     data: str = DEMO
@@ -78,6 +93,9 @@ class RunConfig:
     metrics: tuple[str, ...] = ("accuracy",)
     early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)
     reduce_lr: ReduceLROnPlateauConfig = field(default_factory=ReduceLROnPlateauConfig)
+    lr_scaling: LRScalingConfig = field(default_factory=LRScalingConfig)
+    precision: str = "float32"  # a Keras dtype policy, one of PRECISIONS
+    jit_compile: bool = False  # XLA; falls back to plain execution when the model cannot compile
     image_size: tuple[int, int] = (64, 64)
     rescale: float = 1.0 / 255.0
     sync_batchnorm: bool = False
@@ -110,6 +128,8 @@ class RunConfig:
             values["early_stopping"] = EarlyStoppingConfig(**values["early_stopping"])
         if "reduce_lr" in values:
             values["reduce_lr"] = ReduceLROnPlateauConfig(**values["reduce_lr"])
+        if "lr_scaling" in values:
+            values["lr_scaling"] = LRScalingConfig(**values["lr_scaling"])
         for name in ("metrics", "export_formats", "image_size"):
             if name in values:
                 values[name] = tuple(values[name])
@@ -173,6 +193,17 @@ class RunConfig:
         if not 0 < self.reduce_lr.factor < 1:
             found.append(("reduce_lr.factor",
                           f"must be between 0 and 1, got {self.reduce_lr.factor}"))
+        if self.precision not in PRECISIONS:
+            found.append(("precision", f"unknown precision {self.precision!r}; "
+                                       f"use one of {', '.join(PRECISIONS)}"))
+        warmup = self.lr_scaling.warmup_epochs
+        if warmup < 0:
+            found.append(("lr_scaling.warmup_epochs", f"must be 0 or more, got {warmup}"))
+        elif self.lr_scaling.enabled and warmup >= self.epochs:
+            found.append(("lr_scaling.warmup_epochs",
+                          f"a warm-up of {warmup} epoch{'s' if warmup != 1 else ''} leaves no "
+                          f"epoch of the {self.epochs} at the scaled learning rate; use fewer "
+                          f"warm-up epochs (or more epochs)"))
         if self.batch_event_interval_s < 0:
             found.append(("batch_event_interval_s", "must be 0 or more"))
         return found

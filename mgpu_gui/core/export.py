@@ -44,6 +44,7 @@ import numpy as np
 
 from mgpu_gui.core.config import EXPORT_FORMATS
 from mgpu_gui.core.errors import ExportError
+from mgpu_gui.core.precision import float32_policies
 from mgpu_gui.core.rundir import RunDir
 from mgpu_gui.launch import module_command
 
@@ -107,7 +108,15 @@ def export_model(
     _check_target(out, fmt)
     x = _as_sample(model, sample_x)
     names = _check_class_names(class_names)
+    # A mixed-precision model is exported with every layer in float32: it loads and
+    # predicts in float32 anywhere, CPUs without bfloat16/float16 kernels included.
+    with float32_policies(model):
+        return _export_model(model, out, fmt, x, names, verify, safe_mode, custom_objects_file)
 
+
+def _export_model(model: Any, out: Path, fmt: str, x: np.ndarray, names: list[str] | None,
+                  verify: bool, safe_mode: bool,
+                  custom_objects_file: str | Path | None) -> ExportResult:
     reference: list[np.ndarray] = []
     if verify:
         try:

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mgpu_gui.core import fit_check
+from mgpu_gui.core import fit_check, precision
 from mgpu_gui.core.config import DEMO, RunConfig
 from mgpu_gui.core.errors import ModelError
 from mgpu_gui.core.modelfile import (
@@ -52,9 +52,17 @@ def load_model(
     config: RunConfig, strategy: Any, *, input_shape: tuple[int, ...], num_classes: int,
     log: Log, custom_objects_file: str | Path | None = None,
 ) -> keras.Model:
-    """The run's model, built or loaded inside `strategy.scope()`, compiled, ready to fit."""
+    """The run's model, built or loaded inside `strategy.scope()`, compiled, ready to fit.
+
+    The run's dtype policy (`config.precision`) is set first, so what is built
+    takes it; a loaded file's layers are switched to it (see precision.py).
+    """
     info = None if config.model == DEMO else inspect_model_file(config.model)
     custom_objects = load_custom_objects(custom_objects_file) if custom_objects_file else {}
+    built = info is None or info.format == "py"
+    # A compiled file is loaded under float32: its optimizer's saved state does not fit
+    # the LossScaleOptimizer Keras would wrap it in under mixed_float16 (measured).
+    precision.set_global_policy(config.precision if built else precision.FLOAT32)
     with strategy.scope():
         if info is None:
             from mgpu_gui.core.demo import build_demo_model
@@ -67,6 +75,9 @@ def load_model(
             model = _unwrap(info, custom_objects, log)
         else:
             model = _load_file(info, config, custom_objects, log)
+        precision.set_global_policy(config.precision)
+        precision.apply_policy(model, config.precision, input_shape=input_shape, log=log,
+                               loaded=not built)
         if config.sync_batchnorm:
             model = sync_batchnorm(model, log)
         if info is not None and info.format == "h5" and not model.compiled:
@@ -78,6 +89,7 @@ def load_model(
                     "the optimizer and loss settings are not used")
         else:
             compile_model(model, config, log)
+        precision.ensure_loss_scaling(model, config.precision, log)
     return model
 
 

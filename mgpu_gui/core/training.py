@@ -19,13 +19,15 @@ import tensorflow as tf
 
 from mgpu_gui.core import checkpoints as ckpt
 from mgpu_gui.core import data as data_mod
-from mgpu_gui.core import faults, models
+from mgpu_gui.core import faults, models, xla
 from mgpu_gui.core.callbacks import (
+    AfterWarmup,
     CommitBackup,
     CompleteEpochsOnly,
     EpochCheckpoints,
     EpochTracker,
     EventCallback,
+    LinearWarmup,
     NanGuard,
 )
 from mgpu_gui.core.config import RunConfig
@@ -42,6 +44,7 @@ from mgpu_gui.core.events import (
 )
 from mgpu_gui.core.export import export_model
 from mgpu_gui.core.failures import NonFiniteLossError, Stage, Where, explain_failure
+from mgpu_gui.core.lr_schedule import LinearScaling, format_lr
 from mgpu_gui.core.rundir import RunDir
 
 __all__ = ["NonFiniteLossError", "TrainingSetup", "prepare", "run_training"]
@@ -123,34 +126,40 @@ def _run(config: RunConfig, run_dir: RunDir, plan: DevicePlan, strategy: tf.dist
         return _finish(sink, RunStatus.STOPPED, initial_epoch, None,
                        "Stopped before training began.")
 
-    tracker = EpochTracker(steps)
+    warmup = _lr_scaling(config, model, replicas, steps, log)
+    use_xla = config.jit_compile and _enable_xla(model, log)
     monitor = "val_loss" if setup.val is not None else "loss"
-    # A resumed run keeps its best epoch among those the backup keeps.
-    previous = run_dir.previous_best(monitor, before_epoch=initial_epoch)
-    saver = EpochCheckpoints(run_dir.backup, run_dir.last_checkpoint, run_dir.best_checkpoint,
-                             monitor=monitor,
-                             best_so_far=previous[1] if previous is not None else None)
-    events = EventCallback(
-        sink, tracker, global_batch=setup.global_batch, epochs=config.epochs, monitor=monitor,
-        batch_interval_s=config.batch_event_interval_s, stop_requested=stop.is_set,
-        checkpoints=saver,
-    )
-    if previous is not None:
-        events.best_epoch, events.best_value = previous
-    # Order matters at an epoch's end: the model file first, then the records (CSV,
-    # events), and the backup's metadata last (see checkpoints.py).
-    keras_cbs = [saver, *_keras_callbacks(config, run_dir, monitor)]
-    callbacks = [NanGuard(), *[CompleteEpochsOnly(cb, tracker) for cb in keras_cbs], events,
-                 CompleteEpochsOnly(CommitBackup(saver), tracker)]
     if fault is not None:
         log(f"Test-only fault injection is on: {faults.ENV_VAR}={fault}.", "warning")
-        callbacks.append(faults.fault_callback(fault, run_dir.path))
-    where.stage, where.steps, where.tracker, where.checkpoints = (
-        Stage.TRAINING, steps, tracker, saver)
-    model.fit(setup.train, validation_data=setup.val, epochs=config.epochs,
-              steps_per_epoch=steps, initial_epoch=initial_epoch, callbacks=callbacks,
-              shuffle=False,  # the dataset reshuffles itself each epoch
-              verbose=0)
+    while True:
+        initial_epoch = run_dir.backup_epoch()
+        tracker = EpochTracker(steps)
+        saver, events, callbacks = _callbacks(config, run_dir, sink, stop, tracker, monitor,
+                                              setup.global_batch, initial_epoch, warmup)
+        if fault is not None:
+            callbacks.append(faults.fault_callback(fault, run_dir.path))
+        where.stage, where.steps, where.tracker, where.checkpoints = (
+            Stage.TRAINING, steps, tracker, saver)
+        try:
+            model.fit(setup.train, validation_data=setup.val, epochs=config.epochs,
+                      steps_per_epoch=steps, initial_epoch=initial_epoch, callbacks=callbacks,
+                      shuffle=False,  # the dataset reshuffles itself each epoch
+                      verbose=0)
+        except Exception as error:
+            reason = xla.compile_error(error) if use_xla else None
+            if reason is None:
+                raise
+            use_xla = False
+            xla.disable(model)
+            position = tracker.position
+            made = position is not None and tracker.steps_done(position[0]) > 0
+            log(f"XLA could not compile this model ({reason}). The run goes on without XLA "
+                f"(jit_compile off): epoch {initial_epoch + 1} starts again"
+                + (", keeping the steps it made" if made else "")
+                + ". Turn XLA off for this model to skip the attempt.", "warning")
+            continue
+        break
+    xla.disable(model)  # training is over: the test set and the export use the plain call
 
     epochs_done = max(events.epochs_done, initial_epoch)
     last_seen = events.last_epoch_seen
@@ -228,6 +237,68 @@ def _check_mirrored(model: keras.Model, strategy: tf.distribute.Strategy, log) -
         f"{strategy.num_replicas_in_sync} replicas.")
 
 
+def _callbacks(config: RunConfig, run_dir: RunDir, sink: EventSink, stop: threading.Event,
+               tracker: EpochTracker, monitor: str, global_batch: int, initial_epoch: int,
+               warmup: LinearWarmup | None,
+               ) -> tuple[EpochCheckpoints, EventCallback, list[keras.callbacks.Callback]]:
+    """The run's callbacks, in order; fresh for each `fit` (an XLA fallback fits again)."""
+    # A resumed run keeps its best epoch among those the backup keeps.
+    previous = run_dir.previous_best(monitor, before_epoch=initial_epoch)
+    saver = EpochCheckpoints(run_dir.backup, run_dir.last_checkpoint, run_dir.best_checkpoint,
+                             monitor=monitor,
+                             best_so_far=previous[1] if previous is not None else None)
+    events = EventCallback(
+        sink, tracker, global_batch=global_batch, epochs=config.epochs, monitor=monitor,
+        batch_interval_s=config.batch_event_interval_s, stop_requested=stop.is_set,
+        checkpoints=saver,
+    )
+    if previous is not None:
+        events.best_epoch, events.best_value = previous
+    # Order matters at an epoch's end: the model file first, then the records (CSV,
+    # events), and the backup's metadata last (see checkpoints.py). The warm-up sets
+    # the LR before each step, after the backup restored the optimizer (train begin).
+    keras_cbs = [saver, *_keras_callbacks(config, run_dir, monitor)]
+    callbacks = [NanGuard(), *[CompleteEpochsOnly(cb, tracker) for cb in keras_cbs],
+                 *([warmup] if warmup is not None else []), events,
+                 CompleteEpochsOnly(CommitBackup(saver), tracker)]
+    return saver, events, callbacks
+
+
+def _lr_scaling(config: RunConfig, model: keras.Model, replicas: int, steps: int,
+                log) -> LinearWarmup | None:
+    """The linear scaling rule's callback, from the optimizer's LR as built (the base)."""
+    if not config.lr_scaling.enabled:
+        return None
+    optimizer = getattr(model.optimizer, "inner_optimizer", model.optimizer)
+    if isinstance(optimizer.get_config().get("learning_rate"), dict):
+        log("Learning-rate scaling is off: the model's optimizer follows a learning-rate "
+            "schedule of its own, which cannot be scaled.", "warning")
+        return None
+    # Read before the backup is restored: the base of a resumed run is the base again.
+    base = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
+    rule = LinearScaling(base, replicas, config.lr_scaling.warmup_epochs, steps)
+    warm = (f"rising linearly per step from the base LR over a warm-up of "
+            f"{rule.warmup_epochs} epoch(s) ({rule.warmup_steps} steps)" if rule.warmup_epochs
+            else "from the first step (no warm-up)")
+    log(f"Learning rate by the linear scaling rule: base {format_lr(base)} × {rule.factor} "
+        f"replica(s) = {format_lr(rule.scaled_lr)}, {warm}."
+        + (" ReduceLROnPlateau watches from the first epoch after the warm-up."
+           if config.reduce_lr.enabled and rule.warmup_epochs else ""))
+    return LinearWarmup(rule)
+
+
+def _enable_xla(model: keras.Model, log) -> bool:
+    refused = xla.unsupported_layers(model)
+    if refused:
+        log(f"XLA is off: layer(s) {', '.join(refused[:3])} say they cannot be compiled "
+            "(supports_jit = False).", "warning")
+        return False
+    xla.enable(model)
+    log("XLA on: the model's forward and backward pass are compiled per replica "
+        "(jit_compile); the first step takes longer while XLA compiles.")
+    return True
+
+
 def _keras_callbacks(config: RunConfig, run_dir: RunDir, monitor: str) -> list:
     """Keras' own per-epoch callbacks; checkpoints are ours (EpochCheckpoints)."""
     cbs: list = [keras.callbacks.CSVLogger(str(run_dir.history_csv), append=True)]
@@ -237,9 +308,11 @@ def _keras_callbacks(config: RunConfig, run_dir: RunDir, monitor: str) -> list:
             monitor=_monitor(es.monitor, monitor), patience=es.patience,
             min_delta=es.min_delta, restore_best_weights=es.restore_best_weights))
     if rl.enabled:
-        cbs.append(keras.callbacks.ReduceLROnPlateau(
+        reduce = keras.callbacks.ReduceLROnPlateau(
             monitor=_monitor(rl.monitor, monitor), factor=rl.factor,
-            patience=rl.patience, min_lr=rl.min_lr))
+            patience=rl.patience, min_lr=rl.min_lr)
+        warmup = config.lr_scaling.warmup_epochs if config.lr_scaling.enabled else 0
+        cbs.append(AfterWarmup(reduce, warmup) if warmup else reduce)
     if config.tensorboard:
         cbs.append(keras.callbacks.TensorBoard(str(run_dir.tensorboard), update_freq="epoch"))
     return cbs

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,13 +41,19 @@ from mgpu_gui.core.config import (
     DEMO,
     MODEL_SUFFIXES,
     OPTIMIZERS,
+    PRECISIONS,
     DeviceSelection,
     EarlyStoppingConfig,
+    LRScalingConfig,
     RunConfig,
 )
 from mgpu_gui.core.datafile import DataInfo, inspect_data
+from mgpu_gui.core.devices import GpuInfo
 from mgpu_gui.core.errors import DataError, ModelError, UserError
+from mgpu_gui.core.lr_schedule import LinearScaling
 from mgpu_gui.core.modelfile import inspect_model_file
+from mgpu_gui.core.precision import LABELS as PRECISION_LABELS
+from mgpu_gui.core.precision import precision_hint
 from mgpu_gui.gui.model_probe import ModelProbe
 from mgpu_gui.gui.wrapper_notice import WrapperNotice
 
@@ -68,8 +75,10 @@ FIELD_NAMES = {
     "image_size": "Image size", "validation_split": "Validation split",
     "batch_per_replica": "Batch per GPU", "epochs": "Epochs", "optimizer": "Optimizer",
     "learning_rate": "Learning rate", "early_stopping.patience": "Early stopping",
-    "output_dir": "Output folder",
+    "output_dir": "Output folder", "lr_scaling.warmup_epochs": "LR warm-up",
+    "precision": "Precision", "jit_compile": "XLA",
 }
+WARNING_COLOR = "#b06000"
 
 
 @dataclass
@@ -94,6 +103,7 @@ class RunSetupPanel(QWidget):
         self.setStyleSheet(STYLE)
         self.setAcceptDrops(True)
         self._replicas = 1
+        self._gpus: tuple[GpuInfo, ...] = ()
         self._valid: bool | None = None
         self._problems: dict[str, str] = {}
         self._data_info: DataInfo | None = None
@@ -131,6 +141,10 @@ class RunSetupPanel(QWidget):
             learning_rate=self._learning_rate(),
             early_stopping=EarlyStoppingConfig(enabled=self.early_stop.isChecked(),
                                                patience=self.patience_spin.value()),
+            lr_scaling=LRScalingConfig(enabled=self.scale_lr.isChecked(),
+                                       warmup_epochs=self.warmup_spin.value()),
+            precision=self.precision_combo.currentData(),
+            jit_compile=self.xla_check.isChecked(),
             image_size=(self.height_spin.value(), self.width_spin.value()),
             sync_batchnorm=self.sync_bn.isChecked(),
             output_dir=self.output_edit.text().strip() or "~/mgpu-runs",
@@ -150,6 +164,11 @@ class RunSetupPanel(QWidget):
             self.lr_edit.setText(f"{config.learning_rate:g}")
             self.early_stop.setChecked(config.early_stopping.enabled)
             self.patience_spin.setValue(config.early_stopping.patience)
+            self.scale_lr.setChecked(config.lr_scaling.enabled)
+            self.warmup_spin.setValue(config.lr_scaling.warmup_epochs)
+            index = self.precision_combo.findData(config.precision)
+            self.precision_combo.setCurrentIndex(max(index, 0))
+            self.xla_check.setChecked(config.jit_compile)
             self.height_spin.setValue(config.image_size[0])
             self.width_spin.setValue(config.image_size[1])
             self.sync_bn.setChecked(config.sync_batchnorm)
@@ -158,10 +177,17 @@ class RunSetupPanel(QWidget):
             self._loading = False
         self._changed()
 
-    def set_replicas(self, replicas: int) -> None:
-        """How many replicas (GPUs or CPU devices) the run will use; updates the global batch."""
+    def set_replicas(self, replicas: int, gpus: Sequence[GpuInfo] | None = None) -> None:
+        """How many replicas (GPUs or CPU devices) the run will use; updates the global batch.
+
+        `gpus`, the GPUs chosen (none: CPU replicas), decide the precision hint;
+        None keeps the last ones given.
+        """
         self._replicas = max(1, int(replicas))
+        if gpus is not None:
+            self._gpus = tuple(gpus)
         self._update_batch_text()
+        self._update_speed_hints()
         self._changed()
 
     def replicas(self) -> int:
@@ -213,6 +239,7 @@ class RunSetupPanel(QWidget):
         # What the file is does not depend on the data: shown even when they do not fit.
         self.wrapper_notice.show_for(None if config.model == DEMO else self.model_info)
         self._update_batch_text()
+        self._update_speed_hints()
         self.config_changed.emit()
         valid = not problems
         if valid != self._valid:
@@ -377,7 +404,33 @@ class RunSetupPanel(QWidget):
                    "Learning rate, e.g. 0.001 or 1e-3. With more replicas the global batch "
                    "grows; a larger learning rate is often needed to match.")
         form.addRow("Optimizer", self._field("optimizer", [self.optimizer_combo]))
-        form.addRow("Learning rate", self._field("learning_rate", [self.lr_edit]))
+        self.lr_hint = QLabel()
+        self.lr_hint.setProperty("role", "hint")
+        self.lr_hint.setWordWrap(True)
+        self.lr_hint.setAccessibleName("Scaled learning rate")
+        self.lr_hint.setToolTip(
+            "The learning rate the run trains at: the base LR you typed times the replicas "
+            "(the global batch is that many times the per-replica batch), reached by a "
+            "linear warm-up. The curves' learning-rate plot shows it step by step.")
+        form.addRow("Learning rate", self._field("learning_rate", [self.lr_edit],
+                                                 below=[self.lr_hint]))
+        self.scale_lr = QCheckBox("Scale with the replicas, warm-up")
+        self._name(self.scale_lr, "Scale the learning rate with the replicas",
+                   "Linear scaling rule (Goyal et al. 2017): the learning rate above is the "
+                   "base, right for one replica's batch; the run trains at base × replicas, "
+                   "because the global batch is that many times larger. The LR rises "
+                   "linearly per step from the base to the scaled LR over the warm-up "
+                   "epochs, so the first steps do not diverge. ReduceLROnPlateau, when on, "
+                   "starts after the warm-up.")
+        self.warmup_spin = QSpinBox()
+        self.warmup_spin.setRange(0, 10_000)
+        self.warmup_spin.setSuffix(" epochs")
+        self._name(self.warmup_spin, "Learning-rate warm-up",
+                   "Epochs over which the LR rises from the base to the scaled LR "
+                   "(5 in Goyal et al.). It must end before the last epoch.")
+        form.addRow("", self._field("lr_scaling.warmup_epochs",
+                                    [self.scale_lr, self.warmup_spin],
+                                    outline=[self.warmup_spin]))
 
         self.early_stop = QCheckBox("Early stopping, patience")
         self._name(self.early_stop, "Early stopping",
@@ -399,6 +452,35 @@ class RunSetupPanel(QWidget):
                    "Better with small per-replica batches (under ~32), a bit slower; it "
                    "changes nothing in a model without BatchNormalization layers.")
         form.addRow("", self._field("sync_batchnorm", [self.sync_bn]))
+
+        self.precision_combo = QComboBox()
+        for name in PRECISIONS:
+            self.precision_combo.addItem(PRECISION_LABELS[name], name)
+        self._name(self.precision_combo, "Precision",
+                   "Mixed precision: layers compute in bfloat16 or float16 and keep float32 "
+                   "weights, which is faster and takes less memory on GPUs with tensor cores "
+                   "(bfloat16: compute capability 8.0 or newer, e.g. A100, RTX 30xx; "
+                   "float16: 7.0 or newer, e.g. V100, T4, with loss scaling). The output "
+                   "layer computes in float32, and the exported model is float32, so it "
+                   "loads and predicts anywhere, also without a GPU.")
+        self.precision_hint = QLabel()
+        self.precision_hint.setProperty("role", "hint")
+        self.precision_hint.setWordWrap(True)
+        self.precision_hint.setAccessibleName("Precision support")
+        self.precision_hint.setToolTip("What the chosen GPUs (or this CPU) support, "
+                                       "from their compute capability as NVML reports it.")
+        form.addRow("Precision", self._field("precision", [self.precision_combo],
+                                             below=[self.precision_hint]))
+
+        self.xla_check = QCheckBox("XLA (jit_compile)")
+        self._name(self.xla_check, "XLA",
+                   "Compile the model's forward and backward pass with XLA, per replica: "
+                   "fused operations, often faster on GPUs; the first step takes longer. "
+                   "On CPU replicas it is usually slower (the demo model: a quarter of the "
+                   "samples/s; tests/benchmarks/precision.py). "
+                   "A model XLA cannot compile (an operation without an XLA kernel) trains "
+                   "without it, with a warning in the log.")
+        form.addRow("", self._field("jit_compile", [self.xla_check]))
 
         self.output_edit = QLineEdit()
         self.output_edit.setAcceptDrops(False)
@@ -425,9 +507,18 @@ class RunSetupPanel(QWidget):
         for spin in (self.width_spin, self.height_spin, self.split_spin, self.batch_spin,
                      self.epochs_spin, self.patience_spin):
             spin.valueChanged.connect(self._changed)
-        for box in (self.allow_code, self.early_stop, self.sync_bn):
+        for box in (self.allow_code, self.early_stop, self.sync_bn, self.scale_lr,
+                    self.xla_check):
             box.toggled.connect(self._changed)
+        self.warmup_spin.valueChanged.connect(self._changed)
         self.optimizer_combo.currentIndexChanged.connect(self._changed)
+        self.precision_combo.currentIndexChanged.connect(self._changed)
+        # The hints follow each keystroke; the checks wait for the pause.
+        self.lr_edit.textChanged.connect(self._update_speed_hints)
+        self.scale_lr.toggled.connect(self._update_speed_hints)
+        self.scale_lr.toggled.connect(self.warmup_spin.setEnabled)
+        self.warmup_spin.valueChanged.connect(self._update_speed_hints)
+        self.precision_combo.currentIndexChanged.connect(self._update_speed_hints)
         self.data_kind.currentIndexChanged.connect(self._update_data_widgets)
         self.data_kind.currentIndexChanged.connect(self._changed)
         self.early_stop.toggled.connect(self.patience_spin.setEnabled)
@@ -492,6 +583,18 @@ class RunSetupPanel(QWidget):
         if data != DEMO:
             self.data_edit.setText(data)
         self._update_data_widgets()
+
+    def _update_speed_hints(self) -> None:
+        """The scaled learning rate and what the devices support for the chosen precision."""
+        lr = self._learning_rate()
+        scaling = self.scale_lr.isChecked() and math.isfinite(lr) and lr > 0
+        self.warmup_spin.setEnabled(self.scale_lr.isChecked())
+        self.lr_hint.setText(LinearScaling(lr, self._replicas, self.warmup_spin.value()
+                                           ).describe() if scaling else "")
+        self.lr_hint.setVisible(scaling)
+        hint = precision_hint(self.precision_combo.currentData(), self._gpus)
+        self.precision_hint.setText(hint.text)
+        self.precision_hint.setStyleSheet(f"color: {WARNING_COLOR};" if hint.warning else "")
 
     def _update_batch_text(self) -> None:
         replicas = self._replicas
