@@ -17,13 +17,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
+from mgpu_gui.batch_cli import add_find_batch_parser, cmd_find_batch
 from mgpu_gui.core.config import (
     DEMO,
     EXPORT_FORMATS,
     OPTIMIZERS,
+    PRECISIONS,
     DeviceKind,
     DeviceSelection,
     EarlyStoppingConfig,
+    LRScalingConfig,
     ReduceLROnPlateauConfig,
     RunConfig,
 )
@@ -43,7 +46,8 @@ from mgpu_gui.core.supervisor import (
 )
 from mgpu_gui.scale_cli import add_scale_parser
 
-COMMANDS = ("train", "resume", "runs", "devices", "doctor", "export", "inspect", "unwrap", "scale")
+COMMANDS = ("train", "resume", "runs", "devices", "doctor", "export", "inspect", "unwrap", "scale",
+            "find-batch")
 FLAGS = {  # RunConfig fields as the flags a CLI user typed
     "model": "--model", "data": "--data", "validation_data": "--val-data",
     "validation_split": "--val-split", "batch_per_replica": "--batch-per-replica",
@@ -51,7 +55,8 @@ FLAGS = {  # RunConfig fields as the flags a CLI user typed
     "devices.replicas": "--replicas", "devices.gpus": "--gpus", "image_size": "--image-size",
     "rescale": "--rescale", "export_formats": "--export", "custom_objects": "--custom-objects",
     "early_stopping.patience": "--es-patience", "reduce_lr.patience": "--rl-patience",
-    "reduce_lr.factor": "--rl-factor",
+    "reduce_lr.factor": "--rl-factor", "precision": "--precision", "jit_compile": "--xla",
+    "lr_scaling.warmup_epochs": "--warmup-epochs",
 }
 EXIT_FAILED, EXIT_USAGE, EXIT_STOPPED = 1, 2, 130
 
@@ -102,6 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
     unwrap.add_argument("--custom-objects", dest="custom_objects", type=Path,
                         help="a .py defining a `custom_objects` dict for custom layers")
     add_scale_parser(sub)
+    add_find_batch_parser(sub)
     return parser
 
 
@@ -134,6 +140,18 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reduce-lr", action="store_true", help="lower the LR when val_loss stalls")
     p.add_argument("--rl-factor", type=float, help=f"default {d.reduce_lr.factor}")
     p.add_argument("--rl-patience", type=int, help=f"default {d.reduce_lr.patience}")
+    p.add_argument("--scale-lr", action="store_true",
+                   help="linear scaling rule: train at --lr x replicas (--lr suits one "
+                        "replica's batch), reached by a linear warm-up")
+    p.add_argument("--warmup-epochs", type=int,
+                   help=f"warm-up epochs for --scale-lr (default {d.lr_scaling.warmup_epochs})")
+    p.add_argument("--precision", choices=PRECISIONS,
+                   help="mixed precision: mixed_bfloat16 needs GPUs of compute capability "
+                        ">= 8.0, mixed_float16 >= 7.0 (with loss scaling) to be faster; the "
+                        "export is float32 either way (default float32)")
+    p.add_argument("--xla", dest="jit_compile", action="store_true",
+                   help="compile the model with XLA (jit_compile); a model XLA cannot "
+                        "compile trains without it, with a warning")
     p.add_argument("--image-size", help="HxW for image folders (default 64x64)")
     p.add_argument("--rescale", type=float, help="pixel scale for image folders (default 1/255)")
     p.add_argument("--sync-bn", dest="sync_batchnorm", action="store_true",
@@ -165,11 +183,11 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     changes = {}
     for name in ("model", "data", "validation_data", "validation_split", "batch_per_replica",
                  "epochs", "optimizer", "learning_rate", "loss", "rescale", "seed",
-                 "output_dir", "run_name", "custom_objects"):
+                 "output_dir", "run_name", "custom_objects", "precision"):
         value = getattr(args, name)
         if value is not None:
             changes[name] = value
-    for flag in ("sync_batchnorm", "tensorboard", "allow_unsafe_code"):
+    for flag in ("sync_batchnorm", "tensorboard", "allow_unsafe_code", "jit_compile"):
         if getattr(args, flag):
             changes[flag] = True
     if args.metrics is not None:
@@ -199,6 +217,11 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         factor=rl.factor if args.rl_factor is None else args.rl_factor,
         patience=rl.patience if args.rl_patience is None else args.rl_patience,
         min_lr=rl.min_lr)
+    scaling = base.lr_scaling
+    changes["lr_scaling"] = LRScalingConfig(
+        enabled=scaling.enabled or args.scale_lr,
+        warmup_epochs=(scaling.warmup_epochs if args.warmup_epochs is None
+                       else args.warmup_epochs))
     return base.replace(**changes)
 
 
@@ -548,7 +571,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers = {"train": cmd_train, "resume": cmd_resume, "runs": cmd_runs,
                 "devices": cmd_devices, "doctor": cmd_doctor, "export": cmd_export,
                 "inspect": cmd_inspect,
-                "unwrap": cmd_unwrap, "scale": cmd_scale}
+                "unwrap": cmd_unwrap, "scale": cmd_scale,
+                "find-batch": cmd_find_batch}
     try:
         return handlers[args.command or "train"](args)
     except ConfigError as error:

@@ -80,6 +80,16 @@ def test_scaling_test_opens_with_the_run_setup(qtbot, window):
     qtbot.waitUntil(lambda: window.scaling_dialog is None)
 
 
+def test_batch_finder_opens_with_the_run_setup_and_sets_the_batch(qtbot, window):
+    window.batch_action.trigger()
+    dialog = window.batch_dialog
+    assert dialog is not None and dialog.isVisible()
+    dialog.use_batch.emit(48)  # what "Use 48 per GPU" does
+    assert window.run_setup.batch_spin.value() == 48
+    dialog.close()
+    qtbot.waitUntil(lambda: window.batch_dialog is None)
+
+
 def test_stop_mid_run_then_train_again(qtbot, window):
     window.run_setup.set_config(window.run_setup.build_config().replace(epochs=100))
     window.controller.event.connect(

@@ -17,11 +17,14 @@ scheme (`theme.follow_system_scheme`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from PySide6.QtCore import QByteArray, QEvent, QObject, QSettings, Qt
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
+    QDialog,
     QMainWindow,
     QMessageBox,
     QScrollArea,
@@ -31,6 +34,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.devices import GpuInventory, NvmlState
 from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.events import EpochEnd, Event, RunFailed, RunStarted, RunStatus
@@ -41,6 +45,7 @@ from mgpu_gui.core.store import RunState as StoreState
 from mgpu_gui.core.storedb import StoreError
 from mgpu_gui.core.supervisor import PreparedRun, RunOutcome
 from mgpu_gui.gui.about_dialog import AboutDialog
+from mgpu_gui.gui.batch_finder_dialog import BatchFinderDialog
 from mgpu_gui.gui.curves_panel import CurvesPanel
 from mgpu_gui.gui.doctor_dialog import DoctorDialog
 from mgpu_gui.gui.error_banner import ErrorBanner
@@ -67,6 +72,7 @@ class MainWindow(QMainWindow):
         self.about_dialog: AboutDialog | None = None
         self.doctor_dialog: DoctorDialog | None = None
         self.scaling_dialog: ScalingDialog | None = None
+        self.batch_dialog: BatchFinderDialog | None = None
         self.telemetry = telemetry or TelemetrySource(parent=self)
         self.controller = controller or RunController(self)
         self._owns_store = False
@@ -93,7 +99,7 @@ class MainWindow(QMainWindow):
         self._build_layout()
         self._connect()
         self._restore_settings()
-        self.run_setup.set_replicas(self.gpu_panel.replicas())
+        self._devices_to_setup()
         self._update_actions()
         self.telemetry.start()
         self._report_store()
@@ -122,6 +128,9 @@ class MainWindow(QMainWindow):
         self.scaling_action = action(
             "Scaling &test…", "Ctrl+Shift+T", self.show_scaling_test,
             "Time this model on 1, 2, … of the chosen devices: samples/s, speed-up, efficiency")
+        self.batch_action = action(
+            "Find &batch size…", "Ctrl+Shift+B", self.show_batch_finder,
+            "Try growing batches per GPU in short-lived processes: the largest that fits")
         self.doctor_action = QAction("&Check my setup…", self)
         self.doctor_action.setStatusTip("Compare what the NVIDIA driver, CUDA, TensorFlow and "
                                         "NCCL say, and what to fix when they disagree")
@@ -142,6 +151,7 @@ class MainWindow(QMainWindow):
         run_menu.addAction(self.stop_action)
         run_menu.addSeparator()
         run_menu.addAction(self.scaling_action)
+        run_menu.addAction(self.batch_action)
         help_menu = bar.addMenu("&Help")
         help_menu.addAction(self.doctor_action)
         help_menu.addAction(self.about_action)
@@ -196,8 +206,7 @@ class MainWindow(QMainWindow):
         self.telemetry.inventory_changed.connect(self._inventory_ready)
         self.telemetry.inventory_changed.connect(self._forward_inventory)
         self.telemetry.snapshots.connect(self.gpu_panel.update_snapshots)
-        self.gpu_panel.selection_changed.connect(
-            lambda: self.run_setup.set_replicas(self.gpu_panel.replicas()))
+        self.gpu_panel.selection_changed.connect(self._devices_to_setup)
         self.run_setup.validity_changed.connect(lambda ok: self._update_actions())
         self.run_setup.summary_ready.connect(self.log.set_summary)
         self.controller.started.connect(self._run_started)
@@ -221,7 +230,7 @@ class MainWindow(QMainWindow):
         if self.controller.is_running():
             return
         self.banner.clear()
-        config = self.run_setup.build_config(self.gpu_panel.device_selection())
+        config = self._current_config()
         try:
             self.controller.start(config)
         except UserError as error:  # bad input: said before anything started
@@ -300,6 +309,7 @@ class MainWindow(QMainWindow):
         self.stop_action.setEnabled(state is RunState.RUNNING)
         # A scaling test beside a training run would time the two competing for devices.
         self.scaling_action.setEnabled(idle and self.run_setup.is_valid())
+        self.batch_action.setEnabled(idle and self.run_setup.is_valid())
         self.export_action.setEnabled(idle and not self.exporter.is_running()
                                       and self._export_source() is not None)
         self.run_setup.set_enabled_for_run(idle)
@@ -415,10 +425,14 @@ class MainWindow(QMainWindow):
         if sizes[0] != wanted:
             self.left_splitter.setSizes([wanted, max(sum(sizes) - wanted, 200)])
 
+    def _devices_to_setup(self) -> None:
+        """The run setup's global batch, scaled LR and precision hint follow the devices."""
+        self.run_setup.set_replicas(self.gpu_panel.replicas(), gpus=self.gpu_panel.checked_gpus())
+
     def _inventory_ready(self, inventory: GpuInventory) -> None:
         self.gpu_panel.set_inventory(inventory)
         self._fit_gpu_panel()  # rows exist now: make room for them
-        self.run_setup.set_replicas(self.gpu_panel.replicas())
+        self._devices_to_setup()
         if inventory.state is NvmlState.OK:
             self.statusBar().showMessage(f"{len(inventory.gpus)} GPU(s), driver "
                                          f"{inventory.driver_version or 'N/A'}")
@@ -470,7 +484,8 @@ class MainWindow(QMainWindow):
         self.run_setup.shutdown()
         self.exporter.cancel()
         self.runs_panel.shutdown()
-        for dialog in (self.about_dialog, self.doctor_dialog, self.scaling_dialog):
+        for dialog in (self.about_dialog, self.doctor_dialog, self.scaling_dialog,
+                       self.batch_dialog):
             if dialog is not None:
                 dialog.close()  # kills a TensorFlow child still running
         if self.reconciler is not None:
@@ -479,42 +494,58 @@ class MainWindow(QMainWindow):
             self.store.close()
         event.accept()
 
-    # -- about and the doctor --------------------------------------------------------
+    # -- tool dialogs: about, the doctor, the scaling test, the batch finder ----------
     def show_about(self) -> AboutDialog:
         """Versions, TensorFlow's asked in a child process; opens at once."""
-        if self.about_dialog is None:
-            self.about_dialog = AboutDialog(self.telemetry.inventory, self)
-            self.about_dialog.check_setup_requested.connect(self.check_setup)
-            self.about_dialog.finished.connect(lambda _: self._forget_dialog("about_dialog"))
-        self.about_dialog.show()
-        self.about_dialog.raise_()
-        return self.about_dialog
+        def make() -> AboutDialog:
+            dialog = AboutDialog(self.telemetry.inventory, self)
+            dialog.check_setup_requested.connect(self.check_setup)
+            return dialog
+
+        return self._show_dialog("about_dialog", make, fresh=False)
 
     def check_setup(self) -> DoctorDialog:
         """The doctor's findings ("Check my setup…"); TensorFlow asked in a child process."""
-        if self.doctor_dialog is None:
-            self.doctor_dialog = DoctorDialog(self.telemetry.inventory, self)
-            self.doctor_dialog.finished.connect(lambda _: self._forget_dialog("doctor_dialog"))
-        self.doctor_dialog.show()
-        self.doctor_dialog.raise_()
-        return self.doctor_dialog
+        return self._show_dialog(
+            "doctor_dialog", lambda: DoctorDialog(self.telemetry.inventory, self), fresh=False)
 
     def show_scaling_test(self) -> ScalingDialog:
-        """The scaling test for the current model, data and devices (a fresh dialog each time
-        the settings may have changed)."""
-        if self.scaling_dialog is not None:
-            self.scaling_dialog.close()
-        config = self.run_setup.build_config(self.gpu_panel.device_selection())
-        self.scaling_dialog = ScalingDialog(self, config)
-        self.scaling_dialog.finished.connect(lambda _: self._forget_dialog("scaling_dialog"))
-        self.scaling_dialog.show()
-        return self.scaling_dialog
+        """The scaling test for the current model, data and devices."""
+        return self._show_dialog(
+            "scaling_dialog", lambda: ScalingDialog(self, self._current_config()), fresh=True)
 
-    def _forget_dialog(self, name: str) -> None:
+    def show_batch_finder(self) -> BatchFinderDialog:
+        """The batch-size finder for the current model, data and devices; "Use N per GPU"
+        sets the run setup's batch."""
+        def make() -> BatchFinderDialog:
+            dialog = BatchFinderDialog(self, self._current_config())
+            dialog.use_batch.connect(self.run_setup.batch_spin.setValue)
+            return dialog
+
+        return self._show_dialog("batch_dialog", make, fresh=True)
+
+    def _current_config(self) -> RunConfig:
+        return self.run_setup.build_config(self.gpu_panel.device_selection())
+
+    def _show_dialog(self, name: str, make: Callable[[], QDialog], *, fresh: bool) -> Any:
+        """One dialog of each kind, kept in attribute `name` while open. `fresh` replaces an
+        open one: it was made for settings that may have changed since."""
         dialog = getattr(self, name)
-        setattr(self, name, None)
-        if dialog is not None:
-            dialog.deleteLater()
+        if dialog is not None and fresh:
+            dialog.close()  # its children (a TensorFlow process) end with it
+            dialog = None
+        if dialog is None:
+            dialog = make()
+            setattr(self, name, dialog)
+            dialog.finished.connect(lambda _=None, d=dialog: self._forget_dialog(name, d))
+        dialog.show()
+        dialog.raise_()
+        return dialog
+
+    def _forget_dialog(self, name: str, dialog: QDialog) -> None:
+        if getattr(self, name) is dialog:
+            setattr(self, name, None)
+        dialog.deleteLater()
 
     def _forward_inventory(self, inventory: GpuInventory) -> None:
         for dialog in (self.about_dialog, self.doctor_dialog):
