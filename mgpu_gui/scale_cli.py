@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
 from pathlib import Path
 from typing import TextIO
 
-from mgpu_gui.core.config import DEMO, OPTIMIZERS, RunConfig
+from mgpu_gui.core.child_job import cancel_on_interrupt
+from mgpu_gui.core.config import DEMO, OPTIMIZERS, PRECISIONS, RunConfig
 from mgpu_gui.core.errors import ConfigError, UserError
 from mgpu_gui.core.scale_runner import ScaleProgress, ScaleRequest, ScaleRunner
 from mgpu_gui.core.scaling import (
@@ -39,7 +39,8 @@ SCALE_FLAGS = {"steps": "--steps", "warmup": "--warmup", "threshold": "--thresho
 _UNUSED = {"epochs": None, "learning_rate": None, "validation_data": None, "output_dir": None,
            "run_name": None, "tensorboard": False, "export_formats": None,
            "early_stopping": False, "es_monitor": None, "es_patience": None,
-           "reduce_lr": False, "rl_factor": None, "rl_patience": None}
+           "reduce_lr": False, "rl_factor": None, "rl_patience": None,
+           "jit_compile": False, "scale_lr": False, "warmup_epochs": None}
 
 
 def add_scale_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -88,6 +89,9 @@ def add_scale_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
     p.add_argument("--sync-bn", dest="sync_batchnorm", action="store_true",
                    help="synchronize BatchNormalization statistics across replicas")
     p.add_argument("--seed", type=int, help=f"default {d.seed}")
+    p.add_argument("--precision", choices=PRECISIONS,
+                   help="time under a mixed precision policy, as a run with it would train "
+                        "(default float32)")
     p.add_argument("--allow-unsafe-code", action="store_true",
                    help="let Lambda layers in the model file run their Python code")
     p.add_argument("--custom-objects", dest="custom_objects",
@@ -117,7 +121,7 @@ def run_scale(args: argparse.Namespace, config: RunConfig) -> int:
                          on_output=(lambda line: print(line, file=sys.stderr))
                          if args.debug else None)
     progress.kind = runner.plan().kind.value  # UserErrors before any process starts
-    interrupted = _cancel_on_interrupt(runner)
+    interrupted = cancel_on_interrupt(runner.cancel, "scaling test")
     report = runner.run()
     progress.close()
     if args.json:
@@ -142,20 +146,6 @@ def _export(report: ScalingReport, args: argparse.Namespace) -> None:
         from mgpu_gui.gui.scaling_plot import save_report_png  # Qt: only for --png
 
         print(f"Wrote {save_report_png(report, args.png)}", file=said)
-
-
-def _cancel_on_interrupt(runner: ScaleRunner):
-    """Ctrl-C: kill the running count and report what was measured."""
-    seen = [False]
-
-    def on_interrupt(signum, frame):
-        seen[0] = True
-        print("\nCancelling the scaling test...", file=sys.stderr, flush=True)
-        runner.cancel()
-
-    signal.signal(signal.SIGINT, on_interrupt)
-    signal.signal(signal.SIGTERM, on_interrupt)
-    return lambda: seen[0]
 
 
 class ProgressPrinter:
