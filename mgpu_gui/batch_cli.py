@@ -12,7 +12,6 @@ Nothing here imports TensorFlow.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from typing import TextIO
 
@@ -32,6 +31,7 @@ from mgpu_gui.core.batch_finder import (
     peak_text,
 )
 from mgpu_gui.core.batch_probe_runner import BatchFinder, BatchProgress, BatchRequest
+from mgpu_gui.core.child_job import cancel_on_interrupt
 from mgpu_gui.core.errors import ConfigError
 
 EXIT_FAILED, EXIT_STOPPED = 1, 130
@@ -105,7 +105,7 @@ def run_find_batch(args: argparse.Namespace, config) -> int:
                          if args.debug else None)
     plan = finder.plan()  # UserErrors before any process starts
     show.heading(plan.device_name, plan.cap_bytes, plan.cap_source)
-    interrupted = _cancel_on_interrupt(finder)
+    interrupted = cancel_on_interrupt(finder.cancel, "batch search")
     report = finder.run()
     show.close()
     if args.json:
@@ -119,20 +119,6 @@ def run_find_batch(args: argparse.Namespace, config) -> int:
     if interrupted():
         return EXIT_STOPPED
     return 0 if report.recommended is not None else EXIT_FAILED
-
-
-def _cancel_on_interrupt(finder: BatchFinder):
-    """Ctrl-C: kill the running probe and report what was found."""
-    seen = [False]
-
-    def on_interrupt(signum, frame):
-        seen[0] = True
-        print("\nCancelling the batch search...", file=sys.stderr, flush=True)
-        finder.cancel()
-
-    signal.signal(signal.SIGINT, on_interrupt)
-    signal.signal(signal.SIGTERM, on_interrupt)
-    return lambda: seen[0]
 
 
 class ProbePrinter:

@@ -16,14 +16,9 @@ its memory:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
-import subprocess
-import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,14 +33,13 @@ from mgpu_gui.core.batch_finder import (
     build_report,
     search,
 )
+from mgpu_gui.core.child_job import ChildProcesses, died_text
 from mgpu_gui.core.config import DEMO, DeviceKind, DeviceSelection, RunConfig
 from mgpu_gui.core.device_plan import DevicePlan, plan_devices
 from mgpu_gui.core.devices import GpuInventory, query_inventory
 from mgpu_gui.core.errors import ConfigError, UserError
-from mgpu_gui.core.eventtext import is_startup_noise
 from mgpu_gui.launch import module_command
 
-OUTPUT_TAIL_LINES = 12
 MEMINFO = Path("/proc/meminfo")
 
 
@@ -174,13 +168,11 @@ class BatchFinder:
         self.command = command
         self.results: list[ProbeResult] = []
         self._plan: SearchPlan | None = None
-        self._proc: subprocess.Popen | None = None
-        self._cancelled = False
-        self._lock = threading.Lock()
+        self._children = ChildProcesses("batch-probe-output")
 
     @property
     def cancelled(self) -> bool:
-        return self._cancelled
+        return self._children.cancelled
 
     def plan(self) -> SearchPlan:
         if self._plan is None:
@@ -189,12 +181,7 @@ class BatchFinder:
 
     def cancel(self) -> None:
         """Stop the search: kill the running probe; no other probe starts."""
-        with self._lock:
-            self._cancelled = True
-            proc = self._proc
-        if proc is not None and proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
+        self._children.cancel()
 
     def run(self) -> BatchReport:
         plan = self.plan()
@@ -231,51 +218,20 @@ class BatchFinder:
             batch_per_replica=batch, devices=DeviceSelection(kind=plan.kind, replicas=1))
         request = {"config": config.to_dict(), "plan": json.loads(plan.probe_plan.to_json()),
                    "steps": self.request.settings.steps, "cap_bytes": plan.cap_bytes}
-        events_r, events_w = os.pipe()
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1",
-               "TF_FORCE_GPU_ALLOW_GROWTH": "true", **plan.probe_plan.env}
         started = time.monotonic()
-        try:
-            with self._lock:
-                if self._cancelled:
-                    return ProbeResult(batch, ProbeStatus.CANCELLED, message="cancelled")
-                self._proc = proc = subprocess.Popen(
-                    self.command(events_w), pass_fds=(events_w,), env=env,
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                    start_new_session=True)  # a terminal's Ctrl-C reaches only the parent
-        except BaseException:
-            os.close(events_r)
-            raise
-        finally:
-            os.close(events_w)
-        tail: deque[str] = deque(maxlen=OUTPUT_TAIL_LINES)
-        pump = threading.Thread(target=self._pump, args=(proc, tail), daemon=True,
-                                name="batch-probe-output")
-        pump.start()
-        assert proc.stdin is not None
-        with contextlib.suppress(BrokenPipeError, OSError):
-            proc.stdin.write(json.dumps(request).encode())
-            proc.stdin.close()
-        result = None
-        with os.fdopen(events_r, "r", encoding="utf-8") as events:
-            for line in events:
-                result = self._handle(line, number, batch) or result
-        code = proc.wait()
-        pump.join(timeout=5)
-        with self._lock:
-            self._proc = None
-        if result is not None:
-            return result
-        if self._cancelled:
+        ended = self._children.run(
+            self.command, request, {"TF_FORCE_GPU_ALLOW_GROWTH": "true", **plan.probe_plan.env},
+            lambda message: self._handle(message, number, batch), self.on_output)
+        if ended is None:
+            return ProbeResult(batch, ProbeStatus.CANCELLED, message="cancelled")
+        if ended.result is not None:
+            return ended.result
+        if self.cancelled:
             return ProbeResult(batch, ProbeStatus.CANCELLED, message="cancelled while it ran")
         return ProbeResult(batch, ProbeStatus.TOO_BIG, seconds=time.monotonic() - started,
-                           message=_died(code, tail))
+                           message=_died(ended.code, ended.tail))
 
-    def _handle(self, line: str, number: int, batch: int) -> ProbeResult | None:
-        try:
-            message: dict[str, Any] = json.loads(line)
-        except ValueError:
-            return None  # a torn line from a dying child
+    def _handle(self, message: dict[str, Any], number: int, batch: int) -> ProbeResult | None:
         kind = message.get("type")
         if kind == "result":
             return ProbeResult.from_dict(message)
@@ -285,28 +241,11 @@ class BatchFinder:
             self.on_output(message.get("message", ""))
         return None
 
-    def _pump(self, proc: subprocess.Popen, tail: deque[str]) -> None:
-        assert proc.stdout is not None
-        with proc.stdout:
-            for raw in proc.stdout:
-                line = raw.decode("utf-8", errors="replace").rstrip("\n")
-                tail.append(line)
-                if self.on_output is not None:
-                    self.on_output(line)
-
 
 def _died(code: int, tail: Sequence[str]) -> str:
     """A probe that died without a result is taken as out of memory (the kernel's OOM
     killer, or an allocator abort); its last words say otherwise when it was not."""
-    if code < 0:
-        try:
-            how = f"was killed by {signal.Signals(-code).name}"
-        except ValueError:
-            how = f"was killed by signal {-code}"
-    else:
-        how = f"exited with code {code}"
-    said = [line for line in tail if not is_startup_noise(line)][-4:]
-    last = " Last output: " + " | ".join(said) if said else ""
+    how, last = died_text(code, tail)
     return f"the probe {how} without a result (most likely out of memory).{last}"
 
 

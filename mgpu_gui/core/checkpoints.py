@@ -69,10 +69,17 @@ def write_atomically(path: Path, write: Callable[[Path], None]) -> None:
     On any failure the temporary file is removed (freeing what it took on a
     full disk) and `path` is left as it was.
     """
+    _replace_atomically(path, write, sync=True)
+
+
+def _replace_atomically(path: Path, make: Callable[[Path], None], *, sync: bool) -> None:
+    """`make(temp)` makes the temporary file (synced after when `sync`), which then
+    replaces `path`; on any failure the temporary file is removed."""
     tmp = temp_name(path)
     try:
-        write(tmp)
-        _fsync(tmp)
+        make(tmp)
+        if sync:
+            _fsync(tmp)
         os.replace(tmp, path)
     except BaseException:
         _remove(tmp)
@@ -86,9 +93,9 @@ def write_text_atomically(path: Path, text: str) -> None:
 
 def link_atomically(source: Path, path: Path) -> None:
     """Make `path` name the same file as `source` (a copy where hard links fail)."""
-    tmp = temp_name(path)
-    _remove(tmp)
-    try:
+
+    def link(tmp: Path) -> None:
+        _remove(tmp)
         try:
             os.link(source, tmp)
         except OSError as error:
@@ -96,11 +103,8 @@ def link_atomically(source: Path, path: Path) -> None:
                 raise
             shutil.copyfile(source, tmp)  # FAT, some network file systems: no hard links
             _fsync(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        _remove(tmp)
-        raise
-    _fsync_dir(path.parent)
+
+    _replace_atomically(path, link, sync=False)
 
 
 def remove_temp_files(folder: Path) -> list[Path]:

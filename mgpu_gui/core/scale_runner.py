@@ -10,24 +10,19 @@ that fails (out of memory, a crash) is reported as such and the next one runs.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
-import subprocess
-import threading
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mgpu_gui.core import preflight
+from mgpu_gui.core.child_job import ChildProcesses, died_text
 from mgpu_gui.core.config import DEMO, DeviceKind, DeviceSelection, RunConfig
 from mgpu_gui.core.device_plan import DevicePlan, plan_devices
 from mgpu_gui.core.devices import GpuInventory, query_inventory
 from mgpu_gui.core.errors import ConfigError, UserError
-from mgpu_gui.core.eventtext import is_startup_noise
 from mgpu_gui.core.scaling import (
     DEFAULT_STEPS,
     DEFAULT_THRESHOLD,
@@ -44,7 +39,6 @@ from mgpu_gui.core.scaling import (
 )
 from mgpu_gui.launch import module_command
 
-OUTPUT_TAIL_LINES = 12
 # Failures that do not depend on the device count (the model file's own errors): the
 # counts after one are not started, since each would spend a TensorFlow start to meet it.
 SAME_FOR_EVERY_COUNT = frozenset({"ModelError", "ConfigError"})
@@ -195,13 +189,11 @@ class ScaleRunner:
         self.command = command
         self.results: list[CountResult] = []
         self._plan: ScalePlan | None = None
-        self._proc: subprocess.Popen | None = None
-        self._cancelled = False
-        self._lock = threading.Lock()
+        self._children = ChildProcesses("scale-output")
 
     @property
     def cancelled(self) -> bool:
-        return self._cancelled
+        return self._children.cancelled
 
     def plan(self) -> ScalePlan:
         if self._plan is None:
@@ -210,19 +202,14 @@ class ScaleRunner:
 
     def cancel(self) -> None:
         """Stop the test: kill the running count's process; later counts do not start."""
-        with self._lock:
-            self._cancelled = True
-            proc = self._proc
-        if proc is not None and proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
+        self._children.cancel()
 
     def run(self) -> ScalingReport:
         plan = self.plan()
         total = len(plan.counts)
         fatal: CountResult | None = None
         for index, count in enumerate(plan.counts):
-            if self._cancelled:
+            if self.cancelled:
                 result = self._not_run(count, PointStatus.CANCELLED, "cancelled before it ran")
             elif fatal is not None:
                 result = self._not_run(count, PointStatus.SKIPPED, (
@@ -246,7 +233,7 @@ class ScaleRunner:
         """The figures so far (every count once `run` returned)."""
         plan, request = self.plan(), self.request
         notes = list(plan.notes)
-        if self._cancelled:
+        if self.cancelled:
             notes.append("The test was cancelled; counts not measured are marked so.")
         return build_report(
             self.results, mode=request.mode, device_kind=plan.kind.value,
@@ -271,49 +258,19 @@ class ScaleRunner:
             devices=DeviceSelection(kind=count.plan.kind, replicas=count.devices))
         request = {"config": config.to_dict(), "plan": json.loads(count.plan.to_json()),
                    "steps": self.request.steps, "warmup": self.request.warmup}
-        events_r, events_w = os.pipe()
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1",
-               **count.plan.env}
-        try:
-            with self._lock:
-                if self._cancelled:
-                    return self._not_run(count, PointStatus.CANCELLED, "cancelled before it ran")
-                self._proc = proc = subprocess.Popen(
-                    self.command(events_w), pass_fds=(events_w,), env=env,
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                    start_new_session=True)  # a terminal's Ctrl-C reaches only the parent
-        except BaseException:
-            os.close(events_r)
-            raise
-        finally:
-            os.close(events_w)
-        tail: deque[str] = deque(maxlen=OUTPUT_TAIL_LINES)
-        pump = threading.Thread(target=self._pump, args=(proc, tail), daemon=True,
-                                name="scale-output")
-        pump.start()
-        assert proc.stdin is not None
-        with contextlib.suppress(BrokenPipeError, OSError):
-            proc.stdin.write(json.dumps(request).encode())
-            proc.stdin.close()
-        result = None
-        with os.fdopen(events_r, "r", encoding="utf-8") as events:
-            for line in events:
-                result = self._handle(line, index, total, count) or result
-        code = proc.wait()
-        pump.join(timeout=5)
-        with self._lock:
-            self._proc = None
-        if result is not None:
-            return result
-        if self._cancelled:
+        ended = self._children.run(
+            self.command, request, count.plan.env,
+            lambda message: self._handle(message, index, total, count), self.on_output)
+        if ended is None:
+            return self._not_run(count, PointStatus.CANCELLED, "cancelled before it ran")
+        if ended.result is not None:
+            return ended.result
+        if self.cancelled:
             return self._not_run(count, PointStatus.CANCELLED, "cancelled while it ran")
-        return self._not_run(count, PointStatus.FAILED, _died(code, tail))
+        return self._not_run(count, PointStatus.FAILED, _died(ended.code, ended.tail))
 
-    def _handle(self, line: str, index: int, total: int, count: CountPlan) -> CountResult | None:
-        try:
-            message: dict[str, Any] = json.loads(line)
-        except ValueError:
-            return None  # a torn line from a dying child
+    def _handle(self, message: dict[str, Any], index: int, total: int,
+                count: CountPlan) -> CountResult | None:
         kind = message.get("type")
         if kind == "result":
             return CountResult.from_dict(message)
@@ -326,26 +283,9 @@ class ScaleRunner:
             self.on_output(message.get("message", ""))
         return None
 
-    def _pump(self, proc: subprocess.Popen, tail: deque[str]) -> None:
-        assert proc.stdout is not None
-        with proc.stdout:
-            for raw in proc.stdout:
-                line = raw.decode("utf-8", errors="replace").rstrip("\n")
-                tail.append(line)
-                if self.on_output is not None:
-                    self.on_output(line)
-
 
 def _died(code: int, tail: Sequence[str]) -> str:
-    if code < 0:
-        try:
-            how = f"was killed by {signal.Signals(-code).name}"
-        except ValueError:
-            how = f"was killed by signal {-code}"
-    else:
-        how = f"exited with code {code}"
-    said = [line for line in tail if not is_startup_noise(line)][-4:]
-    last = " Last output: " + " | ".join(said) if said else ""
+    how, last = died_text(code, tail)
     return (f"the timing process {how} without a result (a crash, or killed for lack of "
             f"memory).{last}")
 

@@ -12,11 +12,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
-from PySide6.QtGui import QCloseEvent
+from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
-    QDialog,
     QDoubleSpinBox,
     QGridLayout,
     QGroupBox,
@@ -47,115 +45,32 @@ from mgpu_gui.core.batch_finder import (
 from mgpu_gui.core.batch_probe_runner import BatchFinder, BatchProgress, BatchRequest
 from mgpu_gui.core.config import DEMO, DeviceKind, RunConfig
 from mgpu_gui.core.device_plan import DEFAULT_CPU_REPLICAS
-from mgpu_gui.core.errors import UserError
+from mgpu_gui.gui.background_job import BackgroundJob, JobDialog
 
 COLUMNS = ("Batch per device", "Peak memory", "Time", "Result")
 PHASES = {"starting": "starting TensorFlow", "building": "building the model and data",
           "training": "training a few steps"}
 
 
-class _BatchJob(QObject):
-    """Lives in the controller's QThread; blocks on the finder, never on the GUI."""
-
-    progress = Signal(object)  # BatchProgress
-    report = Signal(object)  # BatchReport so far, after each probe
-    failed = Signal(str)  # why the search could not start
-    finished = Signal(object)  # the final BatchReport, or None after `failed`
-
-    def __init__(self, finder: BatchFinder):
-        super().__init__()
-        self.finder = finder
-        finder.on_progress = self.progress.emit
-        finder.on_report = self.report.emit
-
-    @Slot()
-    def run(self) -> None:
-        report = None
-        try:
-            report = self.finder.run()
-        except UserError as error:
-            self.failed.emit(str(error))
-        except Exception as error:  # reported, never lost in a thread nobody watches
-            self.failed.emit(f"The batch search failed unexpectedly: {type(error).__name__}: "
-                             f"{error}")
-        self.finished.emit(report)
-        QThread.currentThread().quit()
-
-
-class BatchFinderController(QObject):
+class BatchFinderController(BackgroundJob):
     """Runs one batch search at a time in the background."""
 
-    progress = Signal(object)
-    report = Signal(object)
-    failed = Signal(str)
-    finished = Signal(object)
-
     def __init__(self, parent: QObject | None = None, *, finder_factory=BatchFinder):
-        super().__init__(parent)
+        super().__init__(parent, factory=finder_factory, what="batch search")
         self.finder_factory = finder_factory  # tests pass one that starts a fake probe
-        self._finder: BatchFinder | None = None
-        self._thread: QThread | None = None
-        self._job: _BatchJob | None = None
-
-    def is_running(self) -> bool:
-        return self._thread is not None
-
-    def start(self, request: BatchRequest) -> None:
-        if self.is_running():
-            raise RuntimeError("a batch search is already running")
-        self._finder = self.finder_factory(request)
-        self._job = _BatchJob(self._finder)
-        self._thread = QThread(self)
-        self._job.moveToThread(self._thread)
-        self._job.progress.connect(self.progress)
-        self._job.report.connect(self.report)
-        self._job.failed.connect(self.failed)
-        self._job.finished.connect(self._on_finished)
-        self._thread.started.connect(self._job.run)
-        self._thread.start()
-
-    def cancel(self) -> None:
-        if self._finder is not None:
-            self._finder.cancel()
-
-    def shutdown(self) -> None:
-        """Cancel and wait (closing the dialog): the running probe is killed, so the wait
-        is short."""
-        if self._thread is None:
-            return
-        self.cancel()
-        self._release()
-
-    def _on_finished(self, report: BatchReport | None) -> None:
-        self._release()
-        self.finished.emit(report)
-
-    def _release(self) -> None:
-        if self._thread is not None:
-            self._thread.wait()
-            self._thread.deleteLater()
-        if self._job is not None:
-            self._job.deleteLater()
-        self._thread = self._job = self._finder = None
 
 
-class BatchFinderDialog(QDialog):
+class BatchFinderDialog(JobDialog):
     """Find the largest batch per GPU that fits for the run setup's model and data."""
 
     use_batch = Signal(int)  # the batch per GPU the user chose to use
 
     def __init__(self, parent: QWidget | None = None, config: RunConfig | None = None, *,
                  finder_factory=BatchFinder):
-        super().__init__(parent)
-        self.setWindowTitle("Find batch size")
-        self.setAccessibleName("Find batch size")
+        super().__init__(parent, "Find batch size",
+                         BatchFinderController(finder_factory=finder_factory))
         self.config = config or RunConfig()
         self.report: BatchReport | None = None
-        self.controller = BatchFinderController(self, finder_factory=finder_factory)
-        self.controller.progress.connect(self._on_progress)
-        self.controller.report.connect(self.show_report)
-        self.controller.failed.connect(self._on_failed)
-        self.controller.finished.connect(self._on_finished)
         self._build()
         self._set_running(False)
         self.resize(760, 600)
@@ -350,15 +265,7 @@ class BatchFinderDialog(QDialog):
             self.use_batch.emit(self.report.recommended)
             self.accept()
 
-    # -- closing ---------------------------------------------------------------
-    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 (Qt's name)
-        self.controller.shutdown()
-        super().closeEvent(event)
-
-    def reject(self) -> None:  # Escape
-        self.controller.shutdown()
-        super().reject()
-
+    # -- closing (Escape and the close button: JobDialog) ------------------------
     def accept(self) -> None:
         self.controller.shutdown()
         super().accept()

@@ -12,11 +12,10 @@ import dataclasses
 from pathlib import Path
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QCloseEvent, QColor, QFont
+from PySide6.QtGui import QColor, QFont
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
-    QDialog,
     QFileDialog,
     QGridLayout,
     QGroupBox,
@@ -49,6 +48,7 @@ from mgpu_gui.core.scaling import (
     recommend,
     write_csv,
 )
+from mgpu_gui.gui.background_job import JobDialog
 from mgpu_gui.gui.scaling_controller import ScalingController
 from mgpu_gui.gui.scaling_plot import ScalingPlot, render_png
 
@@ -58,7 +58,7 @@ PHASES = {"starting": "starting TensorFlow", "building": "building the model and
           "warmup": "warming up (compiling the step)", "timing": "timing"}
 
 
-class ScalingDialog(QDialog):
+class ScalingDialog(JobDialog):
     """Settings, progress, plots, table, recommendation and export of a scaling test.
 
     `config` is the run the main window would start (model, data, devices,
@@ -67,16 +67,9 @@ class ScalingDialog(QDialog):
 
     def __init__(self, parent: QWidget | None = None, config: RunConfig | None = None, *,
                  runner_factory=ScaleRunner):
-        super().__init__(parent)
-        self.setWindowTitle("Scaling test")
-        self.setAccessibleName("Scaling test")
+        super().__init__(parent, "Scaling test", ScalingController(runner_factory=runner_factory))
         self.config = config or RunConfig()
         self.report: ScalingReport | None = None
-        self.controller = ScalingController(self, runner_factory=runner_factory)
-        self.controller.progress.connect(self._on_progress)
-        self.controller.report.connect(self.show_report)
-        self.controller.failed.connect(self._on_failed)
-        self.controller.finished.connect(self._on_finished)
         self._build()
         self._set_running(False)
         self.resize(1100, 820)
@@ -375,15 +368,6 @@ class ScalingDialog(QDialog):
             self._on_failed(f"Could not write {target}: {error}")
             return
         self.status.setText(f"Wrote {written}")
-
-    # -- closing ---------------------------------------------------------------
-    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 (Qt's name)
-        self.controller.shutdown()
-        super().closeEvent(event)
-
-    def reject(self) -> None:  # Escape
-        self.controller.shutdown()
-        super().reject()
 
 
 def _spin(low: int, high: int, value: int, name: str, tip: str) -> QSpinBox:
