@@ -53,7 +53,7 @@ window.show()
 # after the curves' refresh that took it in.
 pending, refreshed = [], []
 curves = window.curves
-original_handle, original_refresh = curves.handle_event, curves._refresh
+original_handle, original_refresh = curves.handle_event, curves._refresh_next
 
 
 def handle(event):
