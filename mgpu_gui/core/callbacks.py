@@ -55,8 +55,8 @@ class EpochTracker:
         return self.steps_done(epoch) >= self.steps_per_epoch
 
 
-class CompleteEpochsOnly(keras.callbacks.Callback):
-    """Runs `inner` at epoch granularity, skipping `on_epoch_end` of a partial epoch.
+class EpochEndGate(keras.callbacks.Callback):
+    """Runs `inner` at epoch granularity, passing on `on_epoch_end` only where `passes`.
 
     Batch hooks are not forwarded: the wrapped callbacks are configured to act
     per epoch only, which keeps `fit`'s batch dispatch asynchronous.
@@ -64,10 +64,12 @@ class CompleteEpochsOnly(keras.callbacks.Callback):
 
     async_safe = True
 
-    def __init__(self, inner: keras.callbacks.Callback, tracker: EpochTracker):
+    def __init__(self, inner: keras.callbacks.Callback):
         super().__init__()
         self.inner = inner
-        self.tracker = tracker
+
+    def passes(self, epoch: int) -> bool:
+        raise NotImplementedError
 
     def set_model(self, model: keras.Model) -> None:
         super().set_model(model)
@@ -87,8 +89,19 @@ class CompleteEpochsOnly(keras.callbacks.Callback):
         self.inner.on_epoch_begin(epoch, logs)
 
     def on_epoch_end(self, epoch, logs=None):
-        if self.tracker.complete(epoch):
+        if self.passes(epoch):
             self.inner.on_epoch_end(epoch, logs)
+
+
+class CompleteEpochsOnly(EpochEndGate):
+    """Skips `on_epoch_end` of a partial (stopped) epoch."""
+
+    def __init__(self, inner: keras.callbacks.Callback, tracker: EpochTracker):
+        super().__init__(inner)
+        self.tracker = tracker
+
+    def passes(self, epoch: int) -> bool:
+        return self.tracker.complete(epoch)
 
 
 class LinearWarmup(keras.callbacks.Callback):
@@ -120,7 +133,7 @@ class LinearWarmup(keras.callbacks.Callback):
             self.model.optimizer.learning_rate = self.rule.lr_at(self._epoch, batch)
 
 
-class AfterWarmup(keras.callbacks.Callback):
+class AfterWarmup(EpochEndGate):
     """Runs `inner`'s epoch ends only after the warm-up (for ReduceLROnPlateau).
 
     The warm-up owns the LR; a reduction decided in it would be overwritten at
@@ -128,33 +141,12 @@ class AfterWarmup(keras.callbacks.Callback):
     epoch after the warm-up, ReduceLROnPlateau watches and reduces from the scaled LR.
     """
 
-    async_safe = True
-
     def __init__(self, inner: keras.callbacks.Callback, warmup_epochs: int):
-        super().__init__()
-        self.inner = inner
+        super().__init__(inner)
         self.warmup_epochs = warmup_epochs
 
-    def set_model(self, model: keras.Model) -> None:
-        super().set_model(model)
-        self.inner.set_model(model)
-
-    def set_params(self, params: dict) -> None:
-        super().set_params(params)
-        self.inner.set_params(params)
-
-    def on_train_begin(self, logs=None):
-        self.inner.on_train_begin(logs)
-
-    def on_train_end(self, logs=None):
-        self.inner.on_train_end(logs)
-
-    def on_epoch_begin(self, epoch, logs=None):
-        self.inner.on_epoch_begin(epoch, logs)
-
-    def on_epoch_end(self, epoch, logs=None):
-        if epoch >= self.warmup_epochs:
-            self.inner.on_epoch_end(epoch, logs)
+    def passes(self, epoch: int) -> bool:
+        return epoch >= self.warmup_epochs
 
 
 class NonFiniteWeights(RuntimeError):
