@@ -9,13 +9,23 @@ its running process, so the thread ends within moments.
 
 from __future__ import annotations
 
+import html
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 from PySide6.QtGui import QCloseEvent
-from PySide6.QtWidgets import QDialog, QWidget
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QDialog,
+    QHeaderView,
+    QSpinBox,
+    QTableWidget,
+    QWidget,
+)
 
+from mgpu_gui.core.config import DEMO
 from mgpu_gui.core.errors import UserError
 
 
@@ -150,3 +160,36 @@ class JobDialog(QDialog):
 
 
 __all__ = ["BackgroundJob", "JobDialog"]
+
+
+# -- widgets both job dialogs build the same way -----------------------------------------
+def spin_box(low: int, high: int, value: int, name: str, tip: str) -> QSpinBox:
+    spin = QSpinBox()
+    spin.setRange(low, high)
+    spin.setValue(max(low, min(high, value)))
+    spin.setAccessibleName(name)
+    spin.setToolTip(tip)
+    return spin
+
+
+def figures_table(columns: list[str] | tuple[str, ...], name: str) -> QTableWidget:
+    """A read-only table of one row per measurement, filled as they finish."""
+    table = QTableWidget(0, len(columns))
+    table.setAccessibleName(name)
+    table.setHorizontalHeaderLabels(list(columns))
+    table.verticalHeader().setVisible(False)
+    table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+    table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+    header = table.horizontalHeader()
+    header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+    header.setStretchLastSection(True)
+    return table
+
+
+def source_name(source: str) -> str:
+    """A model or data source as a title shows it: the file's name, or 'demo'."""
+    return source if source == DEMO else Path(source).name
+
+
+def error_html(message: str) -> str:
+    return f"<span style='color:#b71c1c'>{html.escape(message, quote=False)}</span>"

@@ -10,21 +10,15 @@ the dialog kill the running probe.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QDoubleSpinBox,
     QGridLayout,
     QGroupBox,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QProgressBar,
     QPushButton,
-    QSpinBox,
-    QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
     QWidget,
@@ -43,9 +37,16 @@ from mgpu_gui.core.batch_finder import (
     probe_verdict,
 )
 from mgpu_gui.core.batch_probe_runner import BatchFinder, BatchProgress, BatchRequest
-from mgpu_gui.core.config import DEMO, DeviceKind, RunConfig
+from mgpu_gui.core.config import DeviceKind, RunConfig
 from mgpu_gui.core.device_plan import DEFAULT_CPU_REPLICAS
-from mgpu_gui.gui.background_job import BackgroundJob, JobDialog
+from mgpu_gui.gui.background_job import (
+    BackgroundJob,
+    JobDialog,
+    error_html,
+    figures_table,
+    source_name,
+    spin_box,
+)
 
 COLUMNS = ("Batch per device", "Peak memory", "Time", "Result")
 PHASES = {"starting": "starting TensorFlow", "building": "building the model and data",
@@ -79,7 +80,7 @@ class BatchFinderDialog(JobDialog):
     def _build(self) -> None:
         config = self.config
         cpu = config.devices.kind is DeviceKind.CPU
-        what = QLabel(f"<b>{_name(config.model)}</b> on <b>{_name(config.data)}</b>, "
+        what = QLabel(f"<b>{source_name(config.model)}</b> on <b>{source_name(config.data)}</b>, "
                       f"{_devices_text(config)}")
         what.setToolTip(f"Model: {config.model}\nData: {config.data}\n"
                         "Change them in the run setup.")
@@ -95,16 +96,16 @@ class BatchFinderDialog(JobDialog):
             "The most memory one probe may use (GB = 1000 MB). On a GPU: TensorFlow's peak "
             "on the device; none means until the GPU runs out. On CPU: the probe's peak "
             "resident memory; none means the memory available when the search starts.")
-        self.max_spin = _spin(1, 1 << 20, DEFAULT_MAX_BATCH, "Largest batch to try",
+        self.max_spin = spin_box(1, 1 << 20, DEFAULT_MAX_BATCH, "Largest batch to try",
                               "Batches per device grow up to this (the training set may "
                               "allow less)")
-        self.start_spin = _spin(1, 1 << 20, DEFAULT_START, "First batch to try",
+        self.start_spin = spin_box(1, 1 << 20, DEFAULT_START, "First batch to try",
                                 "The search starts here and doubles until one does not fit")
-        self.margin_spin = _spin(0, 90, round(DEFAULT_MARGIN * 100), "Safety margin",
+        self.margin_spin = spin_box(0, 90, round(DEFAULT_MARGIN * 100), "Safety margin",
                                  "The recommendation is this much below the largest batch "
                                  "that fits, rounded down to a multiple of 8")
         self.margin_spin.setSuffix(" %")
-        self.tolerance_spin = _spin(0, 90, round(DEFAULT_PRECISION * 100), "Tolerance",
+        self.tolerance_spin = spin_box(0, 90, round(DEFAULT_PRECISION * 100), "Tolerance",
                                     "Stop narrowing down once the largest batch that fit and "
                                     "the smallest that did not are this close")
         self.tolerance_spin.setSuffix(" %")
@@ -147,15 +148,7 @@ class BatchFinderDialog(JobDialog):
         self.status.setAccessibleName("Batch search status")
         self.status.setWordWrap(True)
 
-        self.table = QTableWidget(0, len(COLUMNS))
-        self.table.setAccessibleName("Batches tried")
-        self.table.setHorizontalHeaderLabels(COLUMNS)
-        self.table.verticalHeader().setVisible(False)
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setStretchLastSection(True)
+        self.table = figures_table(COLUMNS, "Batches tried")
         self.result = QLabel("Run the search to find the largest batch that fits.")
         self.result.setAccessibleName("Batch search result")
         self.result.setWordWrap(True)
@@ -223,7 +216,7 @@ class BatchFinderDialog(JobDialog):
                                 f"{PHASES[p.phase]}…")
 
     def _on_failed(self, message: str) -> None:
-        self.status.setText(f"<span style='color:#b71c1c'>{_escape(message)}</span>")
+        self.status.setText(error_html(message))
         self.result.setText("No result: the search did not run.")
 
     def _on_finished(self, report: BatchReport | None) -> None:
@@ -271,17 +264,8 @@ class BatchFinderDialog(JobDialog):
         super().accept()
 
 
-def _spin(low: int, high: int, value: int, name: str, tip: str) -> QSpinBox:
-    spin = QSpinBox()
-    spin.setRange(low, high)
-    spin.setValue(max(low, min(high, value)))
-    spin.setAccessibleName(name)
-    spin.setToolTip(tip)
-    return spin
 
 
-def _name(source: str) -> str:
-    return source if source == DEMO else Path(source).name
 
 
 def _devices_text(config: RunConfig) -> str:
@@ -292,6 +276,3 @@ def _devices_text(config: RunConfig) -> str:
         return f"{selection.replicas or DEFAULT_CPU_REPLICAS} CPU replicas (probed on one)"
     return "all GPUs, or CPU replicas without one (probed on one device)"
 
-
-def _escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")

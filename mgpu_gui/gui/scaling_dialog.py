@@ -14,26 +14,22 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QFont
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QComboBox,
     QFileDialog,
     QGridLayout,
     QGroupBox,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QLineEdit,
     QProgressBar,
     QPushButton,
-    QSpinBox,
     QSplitter,
-    QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
     QWidget,
 )
 
-from mgpu_gui.core.config import DEMO, DeviceKind, DeviceSelection, RunConfig
+from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig
 from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.scale_runner import ScaleProgress, ScaleRequest, ScaleRunner
 from mgpu_gui.core.scaling import (
@@ -48,7 +44,7 @@ from mgpu_gui.core.scaling import (
     recommend,
     write_csv,
 )
-from mgpu_gui.gui.background_job import JobDialog
+from mgpu_gui.gui.background_job import JobDialog, error_html, figures_table, source_name, spin_box
 from mgpu_gui.gui.scaling_controller import ScalingController
 from mgpu_gui.gui.scaling_plot import ScalingPlot, render_png
 
@@ -77,11 +73,11 @@ class ScalingDialog(JobDialog):
     # -- layout ----------------------------------------------------------------
     def _build(self) -> None:
         config, selection = self.config, self.config.devices
-        what = QLabel(f"<b>{_name(config.model)}</b> on <b>{_name(config.data)}</b>")
+        what = QLabel(f"<b>{source_name(config.model)}</b> on <b>{source_name(config.data)}</b>")
         what.setToolTip(f"Model: {config.model}\nData: {config.data}\n"
                         "Change them in the run setup.")
         what.setAccessibleName("Model and data measured")
-        self.max_spin = _spin(1, len(selection.gpus) or 64,
+        self.max_spin = spin_box(1, len(selection.gpus) or 64,
                               len(selection.gpus) or selection.replicas or 2,
                               "Largest device count",
                               "Time 1, 2, ... up to this many devices (the first N of the "
@@ -97,16 +93,16 @@ class ScalingDialog(JobDialog):
         self.mode_combo.setAccessibleName("Scaling mode")
         self.mode_combo.setToolTip("Weak: every device keeps its batch, the global batch grows."
                                    "\nStrong: the global batch stays, each device gets a share.")
-        self.batch_spin = _spin(1, 1 << 16, config.batch_per_replica, "Batch per device",
+        self.batch_spin = spin_box(1, 1 << 16, config.batch_per_replica, "Batch per device",
                                 "Samples per device per step (weak scaling)")
-        self.global_spin = _spin(1, 1 << 20, config.batch_per_replica * self.max_spin.value(),
+        self.global_spin = spin_box(1, 1 << 20, config.batch_per_replica * self.max_spin.value(),
                                  "Global batch", "Samples per step over all devices (strong "
                                  "scaling); counts it does not divide are skipped")
-        self.steps_spin = _spin(2, 10_000, DEFAULT_STEPS, "Timed steps",
+        self.steps_spin = spin_box(2, 10_000, DEFAULT_STEPS, "Timed steps",
                                 "Steps timed per count, after the warm-up")
-        self.warmup_spin = _spin(1, 1_000, DEFAULT_WARMUP, "Warm-up steps",
+        self.warmup_spin = spin_box(1, 1_000, DEFAULT_WARMUP, "Warm-up steps",
                                  "Untimed steps first; the first one compiles the step")
-        self.threshold_spin = _spin(1, 100, round(DEFAULT_THRESHOLD * 100),
+        self.threshold_spin = spin_box(1, 100, round(DEFAULT_THRESHOLD * 100),
                                     "Efficiency threshold",
                                     "The recommendation is the largest count at or above this "
                                     "efficiency (speed-up / devices)")
@@ -157,15 +153,7 @@ class ScalingDialog(JobDialog):
         run_row.addWidget(self.progress_bar, 1)
 
         self.plot = ScalingPlot()
-        self.table = QTableWidget(0, len(COLUMNS))
-        self.table.setAccessibleName("Scaling figures per device count")
-        self.table.setHorizontalHeaderLabels(COLUMNS)
-        self.table.verticalHeader().setVisible(False)
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setStretchLastSection(True)
+        self.table = figures_table(COLUMNS, "Scaling figures per device count")
         self.recommendation = QLabel("Run the test to get a recommendation.")
         self.recommendation.setAccessibleName("Recommendation")
         self.recommendation.setWordWrap(True)
@@ -267,7 +255,7 @@ class ScalingDialog(JobDialog):
         self.status.setText(f"Count {p.index + 1} of {p.total}: {label}, {phase}…")
 
     def _on_failed(self, message: str) -> None:
-        self.status.setText(f"<span style='color:#b71c1c'>{_escape(message)}</span>")
+        self.status.setText(error_html(message))
         self.recommendation.setText("No recommendation: the test did not run.")
 
     def _on_finished(self, report: ScalingReport | None) -> None:
@@ -370,13 +358,6 @@ class ScalingDialog(JobDialog):
         self.status.setText(f"Wrote {written}")
 
 
-def _spin(low: int, high: int, value: int, name: str, tip: str) -> QSpinBox:
-    spin = QSpinBox()
-    spin.setRange(low, high)
-    spin.setValue(max(low, min(high, value)))
-    spin.setAccessibleName(name)
-    spin.setToolTip(tip)
-    return spin
 
 
 def _cells(p: ScalePoint) -> list[str]:
@@ -392,8 +373,6 @@ def _cells(p: ScalePoint) -> list[str]:
             f"{p.step_p10_s * 1000:.1f}–{p.step_p90_s * 1000:.1f} ms", status]
 
 
-def _name(source: str) -> str:
-    return source if source == DEMO else Path(source).name
 
 
 def _devices_text(selection: DeviceSelection) -> str:
@@ -406,6 +385,3 @@ def _devices_text(selection: DeviceSelection) -> str:
         return "GPUs"
     return "GPUs (CPU replicas without one)"
 
-
-def _escape(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
