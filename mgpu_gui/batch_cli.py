@@ -15,6 +15,7 @@ import argparse
 import sys
 from typing import TextIO
 
+from mgpu_gui.console import LiveLine
 from mgpu_gui.core.batch_finder import (
     DEFAULT_MARGIN,
     DEFAULT_MAX_BATCH,
@@ -125,8 +126,8 @@ class ProbePrinter:
     """A line per probe on stderr (a live phase line on a terminal)."""
 
     def __init__(self, out: TextIO, quiet: bool = False):
-        self.out, self.quiet = out, quiet
-        self.live = out.isatty() and not quiet
+        self.quiet = quiet
+        self.term = LiveLine(out, live=out.isatty() and not quiet)
         self._shown = 0
 
     def heading(self, device: str, cap: int | None, source: str) -> None:
@@ -135,14 +136,13 @@ class ProbePrinter:
         limit = "until out of memory" if cap is None else f"memory cap {format_memory(cap)}"
         if source == "available memory":
             limit += " (the memory available now)"
-        self._line(f"Probing batch sizes on {device}, {limit}; each probe is a fresh process.")
+        self.term.line(f"Probing batch sizes on {device}, {limit}; each probe is a fresh process.")
 
     def progress(self, p: BatchProgress) -> None:
-        if self.live and p.phase in ("starting", "building", "training"):
+        if p.phase in ("starting", "building", "training"):
             what = {"starting": "starting TensorFlow", "building": "building the model",
                     "training": "training"}[p.phase]
-            self.out.write(f"\r\x1b[2K[probe {p.probe}] batch {p.batch}: {what}…")
-            self.out.flush()
+            self.term.show(f"[probe {p.probe}] batch {p.batch}: {what}…")
 
     def report(self, report: BatchReport) -> None:
         for probe in report.probes[self._shown:]:
@@ -151,20 +151,12 @@ class ProbePrinter:
                 continue
             took = f", {probe.seconds:.1f} s" if probe.seconds is not None else ""
             verdict = "fits" if probe.fits else probe.status.value
-            self._line(f"[probe {self._shown}] batch {probe.batch}: {verdict}, peak "
+            self.term.line(f"[probe {self._shown}] batch {probe.batch}: {verdict}, peak "
                        f"{peak_text(probe)}{took}"
                        + (f": {probe.message}" if probe.message and not probe.fits else ""))
 
-    def _line(self, text: str) -> None:
-        if self.live:
-            self.out.write("\r\x1b[2K")
-        self.out.write(text + "\n")
-        self.out.flush()
-
     def close(self) -> None:
-        if self.live:
-            self.out.write("\r\x1b[2K")
-            self.out.flush()
+        self.term.close()
 
 
 __all__ = ["add_find_batch_parser", "cmd_find_batch", "run_find_batch"]

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TextIO
 
 from mgpu_gui.batch_cli import add_find_batch_parser, cmd_find_batch
+from mgpu_gui.console import LiveLine
 from mgpu_gui.core.config import (
     DEMO,
     EXPORT_FORMATS,
@@ -240,11 +241,10 @@ class ConsoleReporter:
     """Human progress on a terminal: a live line while training, a line per epoch."""
 
     def __init__(self, out: TextIO, *, quiet: bool, debug: bool, summary: bool = False):
-        self.out = out
         self.quiet = quiet
         self.debug = debug
         self.summary = summary
-        self.live = out.isatty()
+        self.term = LiveLine(out, live=out.isatty())
         self.progress = Progress()
         self._last_draw = 0.0
         self._metrics: dict[str, float] = {}
@@ -255,7 +255,7 @@ class ConsoleReporter:
             return
         if isinstance(event, BatchEnd):
             self._metrics = event.metrics
-            if self.live and (time.monotonic() - self._last_draw > 0.1
+            if self.term.live and (time.monotonic() - self._last_draw > 0.1
                               or event.batch + 1 == event.steps):
                 self._draw()
             return
@@ -265,7 +265,7 @@ class ConsoleReporter:
         if isinstance(event, RunStarted) and self.summary:
             lines.insert(1, event.summary.rstrip())
         for line in lines:
-            self._line(line)
+            self.term.line(line)
 
     def _draw(self) -> None:
         self._last_draw = time.monotonic()
@@ -276,14 +276,7 @@ class ConsoleReporter:
         text = (f"Epoch {p.epoch + 1}/{p.epochs} [{bar}] {p.step}/{p.steps}  "
                 f"{format_metrics(self._metrics)}  {format_rate(p.samples_per_s)}  "
                 f"ETA {format_duration(p.epoch_eta())} (total {format_duration(p.total_eta())})")
-        self.out.write("\r\x1b[2K" + text)
-        self.out.flush()
-
-    def _line(self, text: str) -> None:
-        if self.live:
-            self.out.write("\r\x1b[2K")
-        self.out.write(text + "\n")
-        self.out.flush()
+        self.term.show(text)
 
 
 def cmd_train(args: argparse.Namespace) -> int:

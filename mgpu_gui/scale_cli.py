@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from mgpu_gui.console import LiveLine
 from mgpu_gui.core.child_job import cancel_on_interrupt
 from mgpu_gui.core.config import DEMO, OPTIMIZERS, PRECISIONS, RunConfig
 from mgpu_gui.core.errors import ConfigError, UserError
@@ -152,8 +153,7 @@ class ProgressPrinter:
     """A live line on a terminal; a line per finished count otherwise (logs, CI)."""
 
     def __init__(self, out: TextIO):
-        self.out = out
-        self.live = out.isatty() and os.environ.get("TERM") != "dumb"
+        self.term = LiveLine(out, live=out.isatty() and os.environ.get("TERM") != "dumb")
         self.kind = "gpu"  # "gpu" or "cpu", once the counts are planned
 
     def show(self, p: ScaleProgress) -> None:
@@ -162,28 +162,18 @@ class ProgressPrinter:
             text = f"[{p.index + 1}/{p.total}] {label}: {p.phase}"
             if p.message and p.phase != "done":
                 text += f": {p.message}"
-            self._line(text)
+            self.term.line(text)
             return
-        if not self.live:
+        if not self.term.live:
             return
         what = {"starting": "starting TensorFlow", "building": "building the model",
                 "warmup": "warming up (compiling)"}.get(p.phase, "")
         if p.phase == "timing":
             what = f"timing step {p.step}/{p.steps}" if p.steps else "timing"
-        self.out.write(f"\r\x1b[2K[{p.index + 1}/{p.total}] {label}: {what}  "
-                       f"{p.fraction:.0%}")
-        self.out.flush()
-
-    def _line(self, text: str) -> None:
-        if self.live:
-            self.out.write("\r\x1b[2K")
-        self.out.write(text + "\n")
-        self.out.flush()
+        self.term.show(f"[{p.index + 1}/{p.total}] {label}: {what}  {p.fraction:.0%}")
 
     def close(self) -> None:
-        if self.live:
-            self.out.write("\r\x1b[2K")
-            self.out.flush()
+        self.term.close()
 
 
 __all__ = ["add_scale_parser", "run_scale"]
