@@ -45,10 +45,11 @@ from mgpu_gui.core.supervisor import (
     prepare_resume,
     prepare_run,
 )
+from mgpu_gui.queue_cli import add_queue_parser, cmd_queue
 from mgpu_gui.scale_cli import add_scale_parser
 
-COMMANDS = ("train", "resume", "runs", "devices", "doctor", "export", "inspect", "unwrap", "scale",
-            "find-batch")
+COMMANDS = ("train", "resume", "runs", "queue", "devices", "doctor", "export", "inspect",
+            "unwrap", "scale", "find-batch")
 FLAGS = {  # RunConfig fields as the flags a CLI user typed
     "model": "--model", "data": "--data", "validation_data": "--val-data",
     "validation_split": "--val-split", "batch_per_replica": "--batch-per-replica",
@@ -109,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="a .py defining a `custom_objects` dict for custom layers")
     add_scale_parser(sub)
     add_find_batch_parser(sub)
+    add_queue_parser(sub, _add_train_arguments)
     return parser
 
 
@@ -169,6 +171,9 @@ def _add_train_arguments(p: argparse.ArgumentParser) -> None:
                         "(trusted files only)")
     p.add_argument("--custom-objects", dest="custom_objects",
                    help="a .py defining a `custom_objects` dict for models with custom layers")
+    p.add_argument("--allow-busy", action="store_true",
+                   help="use GPUs that run processes outside this app's runs (another user's "
+                        "job, a notebook); without it such GPUs are not taken")
     _add_output_arguments(p)
 
 
@@ -282,7 +287,7 @@ class ConsoleReporter:
 def cmd_train(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     store = _open_store_for_training(args)
-    return _supervise(prepare_run(config, store=store), args, store)
+    return _supervise(prepare_run(config, store=store, allow_busy=args.allow_busy), args, store)
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -565,7 +570,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "devices": cmd_devices, "doctor": cmd_doctor, "export": cmd_export,
                 "inspect": cmd_inspect,
                 "unwrap": cmd_unwrap, "scale": cmd_scale,
-                "find-batch": cmd_find_batch}
+                "find-batch": cmd_find_batch,
+                "queue": lambda a: cmd_queue(a, config_from_args, _open_store)}
     try:
         return handlers[args.command or "train"](args)
     except ConfigError as error:

@@ -23,6 +23,7 @@ import traceback
 from pathlib import Path
 from typing import TextIO
 
+from mgpu_gui.core import fake_gpus
 from mgpu_gui.core.device_plan import DevicePlan
 from mgpu_gui.core.errors import ExportError, UserError
 from mgpu_gui.core.events import (
@@ -164,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     listen_for_stop(args.control_fd, stop)
     try:
-        plan = DevicePlan.from_json(run_dir.plan_json.read_text())
+        plan = fake_gpus.as_cpu(DevicePlan.from_json(run_dir.plan_json.read_text()))
         from mgpu_gui.core.strategy import apply_device_env, make_strategy
 
         apply_device_env(plan)  # before TensorFlow is imported

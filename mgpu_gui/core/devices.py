@@ -200,7 +200,10 @@ def query_inventory(nvml: ModuleType | NvmlSession | None = None) -> GpuInventor
     if isinstance(nvml, NvmlSession):
         return _inventory(nvml)
     if nvml is None:
-        return _inventory(_default_session)
+        from mgpu_gui.core import fake_gpus  # test-only stand-in, inert unless set
+
+        fake = fake_gpus.inventory()
+        return fake if fake is not None else _inventory(_default_session)
     session = NvmlSession(nvml)
     try:
         return _inventory(session)

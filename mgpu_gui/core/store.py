@@ -84,7 +84,7 @@ class RunStore:
     """One connection to the store; open one per thread that uses it."""
 
     def __init__(self, path: Path | None = None):
-        self._database = StoreDatabase(path)
+        self._database = self.database = StoreDatabase(path)
         self._db = self._database.db
         self.path = self._database.path
         self.note = self._database.note

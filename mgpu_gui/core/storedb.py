@@ -75,9 +75,24 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (run_id, epoch, batch)
     ) WITHOUT ROWID;
     """,
+    # v2: the devices each run claims while it is live, and the job queue.
+    """
+    ALTER TABLE runs ADD COLUMN claims TEXT NOT NULL DEFAULT '[]';
+    CREATE TABLE queue (
+        id INTEGER PRIMARY KEY,
+        name TEXT NOT NULL,
+        config TEXT NOT NULL,
+        state TEXT NOT NULL,
+        allow_busy INTEGER NOT NULL DEFAULT 0,
+        created REAL NOT NULL,
+        started REAL,
+        run_id INTEGER REFERENCES runs(id) ON DELETE SET NULL,
+        message TEXT NOT NULL DEFAULT '',
+        cancel_requested INTEGER NOT NULL DEFAULT 0
+    );
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
-
 
 
 class StoreError(UserError):

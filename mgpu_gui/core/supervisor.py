@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mgpu_gui.core import preflight
+from mgpu_gui.core import claims, preflight
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.device_plan import DevicePlan, plan_devices
 from mgpu_gui.core.devices import GpuInventory, query_inventory
@@ -71,15 +71,18 @@ class RunOutcome:
 
 
 def prepare_run(config: RunConfig, inventory: GpuInventory | None = None,
-                store: RunStore | None = None) -> PreparedRun:
+                store: RunStore | None = None, *, allow_busy: bool = False) -> PreparedRun:
     """Check everything that needs no TensorFlow, then create the run folder.
 
-    Raises a UserError before any file is written when the input is wrong.
+    Raises a UserError before any file is written when the input is wrong, and
+    a DevicesBusyError when its devices are held by another live run or (unless
+    `allow_busy`) run a process outside the app.
     """
     config.check()
     # Absolute: the worker and the export verifier run in other folders.
     config = config.replace(output_dir=str(config.output_path.absolute()))
-    plan = plan_devices(config.devices, inventory if inventory is not None else query_inventory())
+    inventory = inventory if inventory is not None else query_inventory()
+    plan = _plan(config, inventory, store, allow_busy)
     preflight.check(config, plan.replicas)
     run_dir = create_run_dir(config)
     run_dir.plan_json.write_text(plan.to_json())
@@ -89,14 +92,32 @@ def prepare_run(config: RunConfig, inventory: GpuInventory | None = None,
         try:
             run_id = store.add_run(run_dir, config)
             store.begin_attempt(run_id)
+            claims.claim(store.database, run_id, plan, inventory)
+        except claims.DevicesBusyError:
+            lock.release()  # another app instance took a device a moment ago
+            if run_id is not None:
+                store.delete(run_id)
+            shutil.rmtree(run_dir.path, ignore_errors=True)
+            raise
         except BaseException:
             lock.release()
             raise
     return PreparedRun(config=config, plan=plan, run_dir=run_dir, lock=lock, run_id=run_id)
 
 
+def _plan(config: RunConfig, inventory: GpuInventory, store: RunStore | None,
+          allow_busy: bool) -> DevicePlan:
+    """The devices to use: with a store, only those no other live run holds."""
+    if store is None:
+        return plan_devices(config.devices, inventory)
+    held = claims.live_claims(store.database)
+    busy = claims.busy_outside(inventory.gpus, held)
+    return claims.plan_free(config.devices, inventory,
+                            {key: c.holder for key, c in held.items()}, busy, allow_busy)
+
+
 def prepare_resume(run_folder: Path, inventory: GpuInventory | None = None,
-                   store: RunStore | None = None) -> PreparedRun:
+                   store: RunStore | None = None, *, allow_busy: bool = False) -> PreparedRun:
     """Check that a stopped, failed or interrupted run can go on, and take its lock.
 
     The worker continues from the run's backup: the last complete epoch.
@@ -117,13 +138,14 @@ def prepare_resume(run_folder: Path, inventory: GpuInventory | None = None,
                 f"The run in {run_dir.path} already {ended.value.replace('_', ' ')} "
                 f"({run_dir.backup_epoch()} of {config.epochs} epochs); there is nothing to "
                 f"resume. Export its model, or start a new run.")
-        plan = plan_devices(config.devices,
-                            inventory if inventory is not None else query_inventory())
+        inventory = inventory if inventory is not None else query_inventory()
+        plan = _plan(config, inventory, store, allow_busy)
         preflight.check(config, plan.replicas)
         run_dir.plan_json.write_text(plan.to_json())
         run_id = None
         if store is not None:
             run_id = store.add_run(run_dir, config)
+            claims.claim(store.database, run_id, plan, inventory)
             store.begin_attempt(run_id)
     except BaseException:
         lock.release()

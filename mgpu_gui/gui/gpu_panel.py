@@ -26,6 +26,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from mgpu_gui.core.claims import DeviceUse
 from mgpu_gui.core.config import DeviceKind, DeviceSelection
 from mgpu_gui.core.device_plan import DEFAULT_CPU_REPLICAS
 from mgpu_gui.core.devices import NA, GpuInfo, GpuInventory, NvmlState
@@ -63,6 +64,7 @@ class _GpuRow:
     def __init__(self, gpu: GpuInfo, grid: QGridLayout, line: int, parent: QWidget):
         self.gpu = gpu
         self.snapshot: GpuSnapshot | None = None
+        self.use = DeviceUse()  # the app's run holding it, jobs waiting for it
         name = _short_name(gpu.name)
         self.check = QCheckBox(f"{gpu.index}  {name}", parent)
         self.check.setChecked(True)
@@ -142,7 +144,7 @@ class _GpuRow:
             self._set(self.detail, NA)
             self._set(self.memory_busy, NA)
             self._set(self.processes, "<i>GPU lost: NVML cannot reach it; check nvidia-smi"
-                      "</i>" if lost else WAITING)
+                      "</i>" if lost else self._claim_html() or WAITING)
             return
         util = snap.utilization_gpu
         self.utilization.set_value(None if util is None else util / 100,
@@ -158,11 +160,23 @@ class _GpuRow:
         self._set(self.detail, f"{snap.performance_state or NA}  fan {fan}")
         busy = NA if snap.memory_busy is None else f"{snap.memory_busy}%"
         self._set(self.memory_busy, f"busy {busy}")
-        self._set(self.processes, _process_text(snap, own_pids))
+        claim = self._claim_html()
+        self._set(self.processes, (f"{claim} · " if claim else "")
+                  + _process_text(snap, own_pids | self._claimed_pids()))
+
+    def _claim_html(self) -> str:
+        return f"<b>{html.escape(self.use.text)}</b>" if self.use.text else ""
+
+    def _claimed_pids(self) -> set[int]:
+        """A GPU one of the app's runs holds: its processes are that run's."""
+        snap = self.snapshot
+        if not self.use.holder or snap is None or not snap.processes:
+            return set()
+        return {p.pid for p in snap.processes}
 
     def foreign_processes(self, own_pids: set[int]) -> list[str]:
         snap = self.snapshot
-        if snap is None or not snap.processes:
+        if snap is None or not snap.processes or self.use.holder:
             return []
         return [_process(p.pid, p.used_memory) for p in snap.processes if p.pid not in own_pids]
 
@@ -336,6 +350,15 @@ class GpuPanel(QWidget):
             row.sparkline.set_series(*self._history.series(snap.index))
         self._refresh_warning()
 
+    def set_claims(self, uses: dict[int, DeviceUse]) -> None:
+        """The app's runs and queue on each GPU (connect QueuePanel.claims_changed)."""
+        for row in self._rows:
+            use = uses.get(row.gpu.index, DeviceUse())
+            if use != row.use:
+                row.use = use
+                row.display(row.snapshot, self._own_pids)
+        self._refresh_warning()
+
     def set_own_pids(self, pids: Iterable[int]) -> None:
         """The processes of this app's run, highlighted and never warned about."""
         pids = set(pids)
@@ -435,6 +458,9 @@ class GpuPanel(QWidget):
                 lines.append(f"{name} is lost: NVML cannot reach it. Uncheck it, and check "
                              "nvidia-smi (it may need a reset).")
                 continue
+            if row.use.holder and self._enabled_for_run:
+                lines.append(f"{name} is in use by {row.use.holder}. Choose another GPU, or "
+                             "Run ▸ Add to queue: the run starts when it is free.")
             foreign = row.foreign_processes(self._own_pids)
             if foreign:
                 lines.append(f"{name} is busy with another process: {', '.join(foreign)}. "

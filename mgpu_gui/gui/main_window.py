@@ -34,6 +34,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from mgpu_gui.core.claims import DevicesBusyError
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.devices import GpuInventory, NvmlState
 from mgpu_gui.core.errors import UserError
@@ -53,6 +54,7 @@ from mgpu_gui.gui.exporter import ModelExporter, ask_export_target
 from mgpu_gui.gui.gpu_panel import GpuPanel
 from mgpu_gui.gui.log_panel import LogPanel
 from mgpu_gui.gui.progress_panel import ProgressPanel, status_text
+from mgpu_gui.gui.queue_panel import QueuePanel, confirm_busy_gpus, offer_queue
 from mgpu_gui.gui.resume_offer import ResumeOffer, StoreReconciler
 from mgpu_gui.gui.run_controller import RunController, RunState
 from mgpu_gui.gui.run_setup import RunSetupPanel
@@ -92,6 +94,8 @@ class MainWindow(QMainWindow):
         self.log = LogPanel()
         self.runs_panel = RunsPanel(self.store, unavailable=self.store_problem)
         self.log.addTab(self.runs_panel, "Runs")
+        self.queue_panel = QueuePanel(self.store)
+        self.log.addTab(self.queue_panel, "Queue")
         self.resume_offer = ResumeOffer()
         self.reconciler = (StoreReconciler(self.store.path, self)
                            if self.store is not None else None)
@@ -120,6 +124,9 @@ class MainWindow(QMainWindow):
                                   self.run_setup.model_browse.click, "Choose a model file")
         self.train_action = action("&Train", "Ctrl+Return", self.start_training,
                                    "Start training with these settings")
+        self.queue_action = action("Add to &queue", "Ctrl+Shift+Return", self.add_to_queue,
+                                   "Queue these settings: the run starts when its devices are "
+                                   "free, even with this window closed")
         self.stop_action = action("&Stop", "Ctrl+.", self.stop_training,
                                   "Stop at the next batch; the run stays resumable")
         self.export_action = action("&Export model…", "Ctrl+E", self.export_model,
@@ -148,6 +155,7 @@ class MainWindow(QMainWindow):
         file_menu.addAction(self.quit_action)
         run_menu = bar.addMenu("&Run")
         run_menu.addAction(self.train_action)
+        run_menu.addAction(self.queue_action)
         run_menu.addAction(self.stop_action)
         run_menu.addSeparator()
         run_menu.addAction(self.scaling_action)
@@ -160,6 +168,7 @@ class MainWindow(QMainWindow):
         toolbar.setObjectName("runToolbar")
         toolbar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
         toolbar.addAction(self.train_action)
+        toolbar.addAction(self.queue_action)
         toolbar.addAction(self.stop_action)
         toolbar.addSeparator()
         toolbar.addAction(self.export_action)
@@ -206,6 +215,9 @@ class MainWindow(QMainWindow):
         self.telemetry.inventory_changed.connect(self._inventory_ready)
         self.telemetry.inventory_changed.connect(self._forward_inventory)
         self.telemetry.snapshots.connect(self.gpu_panel.update_snapshots)
+        self.telemetry.inventory_changed.connect(self.queue_panel.set_inventory)
+        self.queue_panel.claims_changed.connect(self.gpu_panel.set_claims)
+        self.queue_panel.message.connect(self.log.append_message)
         self.gpu_panel.selection_changed.connect(self._devices_to_setup)
         self.run_setup.validity_changed.connect(lambda ok: self._update_actions())
         self.run_setup.summary_ready.connect(self.log.set_summary)
@@ -233,7 +245,29 @@ class MainWindow(QMainWindow):
         config = self._current_config()
         try:
             self.controller.start(config)
+        except DevicesBusyError as busy:
+            if busy.outside_only and confirm_busy_gpus(self, busy):
+                self._start_anyway(config)
+            elif not busy.outside_only and offer_queue(self, busy):
+                self.add_to_queue()
         except UserError as error:  # bad input: said before anything started
+            self.banner.show_error(str(error))
+
+    def _start_anyway(self, config: RunConfig) -> None:
+        try:
+            self.controller.start(config, allow_busy=True)
+        except UserError as error:
+            self.banner.show_error(str(error))
+
+    def add_to_queue(self) -> None:
+        self.banner.clear()
+        inventory = self.gpu_panel.inventory
+        try:
+            if inventory is None:
+                raise UserError("The GPUs are not listed yet; try again in a moment.")
+            if self.queue_panel.add(self._current_config(), inventory) is not None:
+                self.log.setCurrentWidget(self.queue_panel)
+        except UserError as error:
             self.banner.show_error(str(error))
 
     def stop_training(self) -> None:
@@ -306,6 +340,7 @@ class MainWindow(QMainWindow):
         state = self.controller.state
         idle = state is RunState.IDLE
         self.train_action.setEnabled(idle and self.run_setup.is_valid())
+        self.queue_action.setEnabled(self.run_setup.is_valid() and self.store is not None)
         self.stop_action.setEnabled(state is RunState.RUNNING)
         # A scaling test beside a training run would time the two competing for devices.
         self.scaling_action.setEnabled(idle and self.run_setup.is_valid())
@@ -484,6 +519,7 @@ class MainWindow(QMainWindow):
         self.run_setup.shutdown()
         self.exporter.cancel()
         self.runs_panel.shutdown()
+        self.queue_panel.shutdown()
         for dialog in (self.about_dialog, self.doctor_dialog, self.scaling_dialog,
                        self.batch_dialog):
             if dialog is not None:

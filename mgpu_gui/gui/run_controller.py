@@ -90,11 +90,12 @@ class RunController(QObject):
     def is_running(self) -> bool:
         return self.state is not RunState.IDLE
 
-    def start(self, config: RunConfig) -> PreparedRun:
-        """Check and start a run; a UserError (bad input) is raised before anything starts."""
+    def start(self, config: RunConfig, *, allow_busy: bool = False) -> PreparedRun:
+        """Check and start a run; a UserError (bad input, devices in use) is raised before
+        anything starts."""
         if self.is_running():
             raise RuntimeError("a run is already in progress")
-        return self._launch(prepare_run(config, store=self.store))
+        return self._launch(prepare_run(config, store=self.store, allow_busy=allow_busy))
 
     def resume(self, run: int | str | Path) -> PreparedRun:
         """Continue a stopped, failed or interrupted run (a store id, or its folder) from its

@@ -1,0 +1,308 @@
+"""The job queue and device claims: scheduling, the store, the CLI, and the whole path.
+
+GPUs are faked where none exists (a `MGPU_GUI_FAKE_GPUS` file the queue runner
+and its workers read too); the runs themselves train for real on CPU replicas.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mgpu_gui import cli
+from mgpu_gui.core import claims, fake_gpus, storedb
+from mgpu_gui.core.claims import DevicesBusyError
+from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig
+from mgpu_gui.core.devices import GpuInfo, GpuInventory, NvmlState
+from mgpu_gui.core.errors import DeviceError, UserError
+from mgpu_gui.core.jobqueue import JobQueue, JobState, QueuedJob, runner_pid, schedule
+from mgpu_gui.core.store import RunState, RunStore
+from mgpu_gui.core.supervisor import prepare_run
+from mgpu_gui.core.telemetry import ProcessInfo
+
+GiB = 2**30
+
+
+def gpu(index: int) -> GpuInfo:
+    return GpuInfo(index=index, name="Fake GPU", uuid=f"GPU-fake-{index}", pci_bus_id=None,
+                   memory_total=8 * GiB, compute_capability=(9, 0))
+
+
+FOUR = GpuInventory(NvmlState.OK, tuple(gpu(i) for i in range(4)), "fake", "12.4")
+NO_GPU = GpuInventory(NvmlState.NO_DRIVER)
+
+
+def job(job_id: int, *, gpus: tuple[str, ...] = (), replicas: int | None = None,
+        kind: DeviceKind = DeviceKind.GPU, allow_busy: bool = False) -> QueuedJob:
+    config = RunConfig(devices=DeviceSelection(kind=kind, gpus=gpus, replicas=replicas))
+    return QueuedJob(id=job_id, name=f"j{job_id}", config=config, state=JobState.QUEUED,
+                     allow_busy=allow_busy, created=0.0, started=None, run_id=None, message="",
+                     cancel_requested=False)
+
+
+def started(decisions) -> dict[int, list[int]]:
+    return {d.job.id: [g.index for g in d.plan.gpus] for d in decisions if d.plan is not None}
+
+
+# -- scheduling (pure) ---------------------------------------------------------------------------
+
+
+def test_disjoint_jobs_start_together_and_a_third_waits_for_its_gpu():
+    decisions = schedule([job(1, gpus=("0", "1")), job(2, gpus=("2", "3")), job(3, gpus=("0",))],
+                         FOUR, held={}, busy={})
+    assert started(decisions) == {1: [0, 1], 2: [2, 3]}
+    waiting = decisions[2]
+    assert waiting.plan is None and "GPU 0 is in use by job 1 (j1), starting" in (
+        waiting.waiting_for)
+
+
+def test_a_waiting_job_keeps_later_jobs_off_its_gpus():
+    held = {"GPU-fake-0": "run 'a' (id 7)"}
+    decisions = schedule([job(1, gpus=("0", "1")), job(2, gpus=("1",)), job(3, gpus=("2",))],
+                         FOUR, held, busy={})
+    assert started(decisions) == {3: [2]}
+    assert decisions[0].waiting_for == "GPU 0 is in use by run 'a' (id 7)"
+    assert "GPU 1 is in use by job 1 (j1), ahead in the queue" in decisions[1].waiting_for
+
+
+def test_a_job_asking_for_a_count_takes_free_gpus_wherever_they_are():
+    held = {"GPU-fake-0": "run 'a' (id 7)", "GPU-fake-2": "run 'b' (id 8)"}
+    decisions = schedule([job(1, replicas=2), job(2, replicas=1)], FOUR, held, busy={})
+    assert started(decisions) == {1: [1, 3]}
+    assert decisions[1].waiting_for.startswith("1 GPU needed, 0 free: GPU 0 is in use by "
+                                               "run 'a' (id 7)")
+
+
+def test_a_gpu_busy_outside_the_app_is_only_taken_when_confirmed():
+    busy = {"GPU-fake-1": (ProcessInfo(4242, 3 * GiB),)}
+    decisions = schedule([job(1, gpus=("1",)), job(2, replicas=4), job(3, replicas=3)],
+                         FOUR, {}, busy)
+    assert "GPU 1 runs pid 4242, 3.0 GiB (not a run of this app)" in decisions[0].waiting_for
+    assert decisions[1].waiting_for.startswith("4 GPUs needed, 3 free")
+    assert started(decisions) == {3: [0, 2, 3]}  # around the busy GPU
+    confirmed = schedule([job(4, gpus=("1",), allow_busy=True)], FOUR, {}, busy)
+    assert started(confirmed) == {4: [1]}
+
+
+def test_cpu_jobs_take_the_cpu_one_at_a_time_and_impossible_jobs_fail():
+    decisions = schedule([job(1, kind=DeviceKind.CPU, replicas=2),
+                          job(2, kind=DeviceKind.CPU, replicas=2), job(3, gpus=("9",))],
+                         FOUR, {}, {})
+    assert decisions[0].plan is not None and decisions[0].plan.kind is DeviceKind.CPU
+    assert "the CPU is in use by job 1 (j1), starting" in decisions[1].waiting_for
+    assert "There is no GPU with index '9'" in decisions[2].error
+
+
+# -- claims in the store -------------------------------------------------------------------------
+
+
+def test_a_live_run_holds_its_gpus_until_its_lock_is_released(tmp_path):
+    store = RunStore()
+    out = str(tmp_path / "runs")
+    first = prepare_run(RunConfig(output_dir=out, devices=DeviceSelection(gpus=("0", "1"))),
+                        FOUR, store)
+    assert set(claims.live_claims(store.database)) == {"GPU-fake-0", "GPU-fake-1"}
+    with pytest.raises(DevicesBusyError) as refused:
+        prepare_run(RunConfig(output_dir=out, devices=DeviceSelection(gpus=("1", "2"))),
+                    FOUR, store)
+    message = str(refused.value)
+    assert f"GPU 1 is in use by run '{first.run_dir.path.name}' (id {first.run_id})" in message
+    assert "add the run to the queue" in message and "mgpu-train queue add" in message
+    assert len(store.runs()) == 1  # the refused run left no row and no folder
+    # Any two GPUs: the free ones are taken.
+    other = prepare_run(RunConfig(output_dir=out, devices=DeviceSelection(
+        kind=DeviceKind.GPU, replicas=2)), FOUR, store)
+    assert [g.index for g in other.plan.gpus] == [2, 3]
+    first.release()  # the worker died: the claim goes with its lock
+    other.release()
+    assert claims.live_claims(store.database) == {}
+    again = prepare_run(RunConfig(output_dir=out, devices=DeviceSelection(gpus=("1",))),
+                        FOUR, store)
+    again.release()
+
+
+def test_a_version_1_store_is_migrated_with_its_runs_kept(tmp_path):
+    path = tmp_path / "old.sqlite3"
+    db = sqlite3.connect(path)
+    db.executescript(storedb.MIGRATIONS[0])
+    db.execute("INSERT INTO runs (run_dir, name, model, data, config, status, epochs, created) "
+               "VALUES ('/x', 'old', 'demo', 'demo', '{}', 'completed', 3, 1.0)")
+    db.execute("PRAGMA user_version = 1")
+    db.commit()
+    db.close()
+    store = RunStore(path)
+    assert [r.name for r in store.runs()] == ["old"]
+    assert store.database.db.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert JobQueue(store).jobs() == []
+
+
+# -- the queue in the store ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def fake_four(tmp_path, monkeypatch) -> Path:
+    """Four fake GPUs for this process and every process it starts; GPU 3 runs pid 4242."""
+    path = tmp_path / "gpus.json"
+    gpus = [{"index": i, "uuid": f"GPU-fake-{i}", "name": "Fake GPU", "memory_total": 8 * GiB}
+            for i in range(4)]
+    gpus[3]["processes"] = [{"pid": 4242, "used_memory": GiB}]
+    path.write_text(json.dumps({"gpus": gpus}))
+    monkeypatch.setenv(fake_gpus.ENV_VAR, str(path))
+    return path
+
+
+@pytest.fixture
+def stop_runner():
+    """Whatever queue runner a test started is stopped (its runs stop at their next batch)."""
+    yield
+    store_path = Path(os.environ["MGPU_GUI_STORE"])
+    pid = runner_pid(store_path)
+    if pid and pid > 0:
+        os.kill(pid, signal.SIGTERM)
+        wait_for(lambda: runner_pid(store_path) is None, 60, "the queue runner to exit")
+
+
+def wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.1)
+
+
+def test_adding_asks_before_a_gpu_busy_outside_and_refuses_impossible_devices(fake_four,
+                                                                               tmp_path):
+    queue = JobQueue(RunStore())
+    inventory = fake_gpus.inventory()
+    config = RunConfig(output_dir=str(tmp_path), devices=DeviceSelection(gpus=("3",)))
+    with pytest.raises(DevicesBusyError) as busy:
+        queue.add(config, inventory)
+    assert busy.value.outside_only and "GPU 3 runs" in str(busy.value)
+    assert "--allow-busy" in str(busy.value)
+    assert queue.add(config, inventory, allow_busy=True).allow_busy
+    with pytest.raises(DeviceError, match="There is no GPU with index '7'"):
+        queue.add(config.replace(devices=DeviceSelection(gpus=("7",))), inventory)
+    with pytest.raises(UserError, match="epochs"):
+        queue.add(config.replace(epochs=0), inventory)
+    assert [j.id for j in queue.jobs()] == [1]
+
+
+def test_cli_queue_add_list_cancel(fake_four, tmp_path, capsys, stop_runner):
+    store = RunStore()
+    holder = prepare_run(RunConfig(output_dir=str(tmp_path / "runs"),
+                                   devices=DeviceSelection(gpus=("0",))), FOUR, store)
+    try:
+        code = cli.main(["queue", "add", "--gpus", "0", "--epochs", "1", "--name", "later",
+                         "-o", str(tmp_path / "runs")])
+        assert code == 0
+        assert "Queued job 1 (later): demo on demo, GPU 0, 1 epoch" in capsys.readouterr().out
+        queue = JobQueue(store)
+        wait_for(lambda: queue.get(1).message, 30, "the runner to say what job 1 waits for")
+        assert cli.main(["queue", "list"]) == 0
+        listing = capsys.readouterr().out
+        assert "job 1" in listing and (f"waiting: GPU 0 is in use by run "
+                                       f"'{holder.run_dir.path.name}'") in listing
+        assert "Queue runner: pid" in listing
+        assert cli.main(["queue", "add", "--gpus", "3", "--name", "x"]) == cli.EXIT_USAGE
+        err = capsys.readouterr().err
+        assert "GPU 3 runs" in err and "--allow-busy" in err
+        assert cli.main(["queue", "cancel", "1"]) == 0
+        assert "Job 1 (later): cancelled." in capsys.readouterr().out
+        assert cli.main(["queue", "cancel", "1"]) == cli.EXIT_USAGE
+        assert "is cancelled; there is nothing to cancel" in capsys.readouterr().err
+        assert cli.main(["queue", "list", "--json", "--all"]) == 0
+        (listed,) = json.loads(capsys.readouterr().out)
+        assert listed["state"] == "cancelled"
+        # `train` on a held GPU says who holds it and offers the queue.
+        assert cli.main(["train", "--gpus", "0", "-o", str(tmp_path / "runs")]) == cli.EXIT_USAGE
+        assert "GPU 0 is in use by run" in capsys.readouterr().err
+    finally:
+        holder.release()
+
+
+# -- the whole path: app, store, runner, real runs -----------------------------------------------
+
+
+@pytest.fixture
+def tiny_data(tmp_path) -> tuple[Path, Path]:
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(1200, 16)).astype("float32")
+    y = (x[:, 0] > 0).astype("int64")
+    np.savez(tmp_path / "data.npz", x_train=x, y_train=y)
+    (tmp_path / "mlp.py").write_text(textwrap.dedent("""
+        import keras
+
+        def build_model(input_shape, num_classes):
+            return keras.Sequential([keras.Input(input_shape),
+                                     keras.layers.Dense(64, activation="relu"),
+                                     keras.layers.Dense(num_classes, activation="softmax")])
+    """))
+    return tmp_path / "mlp.py", tmp_path / "data.npz"
+
+
+@pytest.mark.slow
+def test_two_queued_runs_on_disjoint_gpus_run_at_once_a_third_waits_across_an_app_restart(
+        qtbot, fake_four, tiny_data, tmp_path, stop_runner):
+    from mgpu_gui.gui.main_window import MainWindow
+    from mgpu_gui.gui.telemetry_source import TelemetrySource
+    from tests.fake_nvml import FakeGpu, fake_nvml
+
+    def window() -> MainWindow:
+        nvml = fake_nvml([FakeGpu(uuid=f"GPU-fake-{i}", bus=f"00000000:0{i}:00.0".encode())
+                          for i in range(4)])
+        win = MainWindow(telemetry=TelemetrySource(nvml=nvml))
+        qtbot.addWidget(win)
+        qtbot.waitUntil(lambda: win.gpu_panel.inventory is not None, timeout=10_000)
+        return win
+
+    model, data = tiny_data
+    base = RunConfig(model=str(model), data=str(data), batch_per_replica=8, epochs=2,
+                     output_dir=str(tmp_path / "runs"), batch_event_interval_s=0.0)
+    first = window()
+    inventory = first.gpu_panel.inventory
+    for name, gpus, epochs in (("a", ("0", "1"), 4), ("b", ("GPU-fake-2",), 2), ("c", ("0",), 1)):
+        first.queue_panel.add(base.replace(run_name=name, epochs=epochs,
+                                           devices=DeviceSelection(gpus=gpus)), inventory)
+    store = RunStore()  # the test's own look at the store the windows share
+    queue = JobQueue(store)
+
+    def runs() -> dict[str, object]:
+        return {r.run_dir.name.rsplit("-", 1)[-1]: r for r in store.runs()}
+
+    # a and b run at the same time; c waits for GPU 0, which a holds.
+    wait_for(lambda: {"a", "b"} <= set(runs()) and all(
+        runs()[n].started is not None for n in "ab"), 120, "runs a and b to start training")
+    assert "c" not in runs()
+    job_c = queue.get(3)
+    assert job_c.state is JobState.QUEUED and "GPU 0 is in use by run" in job_c.message
+    first.close()  # the app restarts; the queue runner and its runs go on
+    assert runner_pid(store.path) is not None
+
+    second = window()
+    qtbot.waitUntil(lambda: len(second.queue_panel.jobs) == 3, timeout=10_000)
+    states = [second.queue_panel.table.item(row, 4).text() for row in range(3)]
+    assert states[0].endswith("running") and states[2].startswith("waiting: GPU 0")
+    qtbot.waitUntil(lambda: second.gpu_panel._rows[0].use.holder != "", timeout=10_000)
+    assert second.gpu_panel._rows[0].use.waiting == (3,)
+    assert "in use by run" in second.gpu_panel._rows[0].processes.text()
+
+    wait_for(lambda: len(runs()) == 3 and all(r.status is RunState.COMPLETED
+                                              for r in runs().values()), 300,
+             "the three runs to complete")
+    a, b, c = (runs()[n] for n in "abc")
+    assert a.started < b.ended and b.started < a.ended, "a and b did not overlap"
+    assert c.started > a.ended, "c started before a gave GPU 0 back"
+    assert [r.epochs_done for r in (a, b, c)] == [4, 2, 1]
+    assert json.loads(store.database.db.execute(
+        "SELECT claims FROM runs WHERE id = ?", (c.id,)).fetchone()[0]) == ["GPU-fake-0"]
+    second.queue_panel.refresh()
+    assert [j.state for j in queue.jobs(finished=True)] == [JobState.STARTED] * 3
+    second.close()
