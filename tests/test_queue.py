@@ -306,3 +306,41 @@ def test_two_queued_runs_on_disjoint_gpus_run_at_once_a_third_waits_across_an_ap
     second.queue_panel.refresh()
     assert [j.state for j in queue.jobs(finished=True)] == [JobState.STARTED] * 3
     second.close()
+
+
+def test_train_on_a_held_gpu_offers_the_queue_and_a_busy_gpu_needs_confirmation(
+        qtbot, fake_four, tmp_path, monkeypatch, stop_runner):
+    from mgpu_gui.gui import main_window
+    from mgpu_gui.gui.main_window import MainWindow
+    from mgpu_gui.gui.telemetry_source import TelemetrySource
+
+    asked: list[str] = []
+    monkeypatch.setattr(main_window, "offer_queue",
+                        lambda parent, error: asked.append(error.reason) or True)
+    monkeypatch.setattr(main_window, "confirm_busy_gpus",
+                        lambda parent, error: asked.append(error.reason) or False)
+    win = MainWindow(telemetry=TelemetrySource(inventory=fake_gpus.inventory()))
+    qtbot.addWidget(win)
+    win.run_setup.set_config(RunConfig(epochs=1, output_dir=str(tmp_path / "runs")))
+    qtbot.waitUntil(lambda: win.gpu_panel.inventory is not None, timeout=10_000)
+    holder = prepare_run(RunConfig(output_dir=str(tmp_path / "runs"),
+                                   devices=DeviceSelection(gpus=("0",))), FOUR, win.store)
+    try:
+        win.queue_panel.refresh()
+        assert win.gpu_panel._rows[0].use.holder == (
+            f"run '{holder.run_dir.path.name}' (id {holder.run_id})")
+        win.gpu_panel.set_checked([0])
+        qtbot.waitUntil(win.train_action.isEnabled, timeout=10_000)
+        assert "GPU 0 is in use by another run (shown above)" in win.gpu_panel.warning.text()
+        win.train_action.trigger()
+        assert asked[-1].startswith("GPU 0 is in use by run")
+        assert not win.controller.is_running()
+        (job,) = win.queue_panel.jobs  # queued instead, as the user chose
+        assert job.config.devices.gpus == ("GPU-fake-0",) and job.waiting
+        win.gpu_panel.set_checked([3])  # pid 4242 runs there; the user says no
+        win.train_action.trigger()
+        assert "GPU 3 runs pid 4242" in asked[-1] and not win.controller.is_running()
+        assert len(win.queue_panel.jobs) == 1
+    finally:
+        holder.release()
+        win.close()

@@ -446,7 +446,7 @@ class GpuPanel(QWidget):
         self.selection_changed.emit()
 
     def _refresh_warning(self) -> None:
-        lines = []
+        lines, held = [], []
         if self._rows and not any(row.check.isChecked() for row in self._rows):
             lines.append("No GPU checked: check at least one GPU to train on.")
         for row in self._rows:
@@ -458,13 +458,18 @@ class GpuPanel(QWidget):
                 lines.append(f"{name} is lost: NVML cannot reach it. Uncheck it, and check "
                              "nvidia-smi (it may need a reset).")
                 continue
-            if row.use.holder and self._enabled_for_run:
-                lines.append(f"{name} is in use by {row.use.holder}. Choose another GPU, or "
-                             "Run ▸ Add to queue: the run starts when it is free.")
+            if row.use.holder:
+                held.append(str(row.gpu.index))
             foreign = row.foreign_processes(self._own_pids)
             if foreign:
                 lines.append(f"{name} is busy with another process: {', '.join(foreign)}. "
                              "Training there shares its compute and memory.")
+        if held and self._enabled_for_run:
+            which = (f"GPU {held[0]} is" if len(held) == 1 else
+                     f"GPUs {', '.join(held[:-1])} and {held[-1]} are")
+            lines.append(f"{which} in use by another run (shown above). Uncheck "
+                         f"{'it' if len(held) == 1 else 'them'}, or Run ▸ Add to queue: the run "
+                         f"starts when {'it is' if len(held) == 1 else 'they are'} free.")
         text = "\n".join(f"⚠ {line}" for line in lines)
         if text != self.warning.text():
             self.warning.setText(text)

@@ -94,7 +94,7 @@ class MainWindow(QMainWindow):
         self.log = LogPanel()
         self.runs_panel = RunsPanel(self.store, unavailable=self.store_problem)
         self.log.addTab(self.runs_panel, "Runs")
-        self.queue_panel = QueuePanel(self.store)
+        self.queue_panel = QueuePanel(self.store, self.telemetry.inventory)
         self.log.addTab(self.queue_panel, "Queue")
         self.resume_offer = ResumeOffer()
         self.reconciler = (StoreReconciler(self.store.path, self)

@@ -71,12 +71,13 @@ class QueuePanel(QWidget):
     claims_changed = Signal(object)  # dict[int, claims.DeviceUse], by GPU index
     message = Signal(str)  # for the log
 
-    def __init__(self, store: RunStore | None, parent: QWidget | None = None):
+    def __init__(self, store: RunStore | None, inventory: GpuInventory | None = None,
+                 parent: QWidget | None = None):
         super().__init__(parent)
         self.setAccessibleName("Queue")
         self.store = store
         self.queue = JobQueue(store) if store is not None else None
-        self.inventory: GpuInventory | None = None
+        self.inventory = inventory
         self.jobs: list[QueuedJob] = []
         self._claims: dict[int, claims.DeviceUse] = {}
 
