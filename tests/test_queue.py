@@ -344,3 +344,22 @@ def test_train_on_a_held_gpu_offers_the_queue_and_a_busy_gpu_needs_confirmation(
     finally:
         holder.release()
         win.close()
+
+
+@pytest.mark.slow
+def test_cancelling_a_started_job_stops_its_run_resumably(fake_four, tiny_data, tmp_path,
+                                                          capsys, stop_runner):
+    model, data = tiny_data
+    assert cli.main(["queue", "add", "--gpus", "1", "--model", str(model), "--data", str(data),
+                     "--epochs", "50", "--batch", "8", "-o", str(tmp_path / "runs")]) == 0
+    store = RunStore()
+    queue = JobQueue(store)
+    wait_for(lambda: queue.get(1).run_id is not None and store.get(
+        queue.get(1).run_id).epochs_done >= 1, 120, "the job's run to finish an epoch")
+    capsys.readouterr()
+    assert cli.main(["queue", "cancel", "1"]) == 0
+    run_id = queue.get(1).run_id
+    assert f"stopping its run {run_id} at the next batch" in capsys.readouterr().out
+    wait_for(lambda: store.get(run_id).status is RunState.STOPPED, 60, "the run to stop")
+    assert 1 <= store.get(run_id).epochs_done < 50
+    assert queue.describe(queue.get(1)) == f"run {run_id} stopped"
