@@ -29,7 +29,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import time
 from pathlib import Path
 
 import numpy as np
@@ -115,32 +114,12 @@ def baseline_child(data: str, model_file: str, args) -> None:
         shuffle=False, seed=None, cache=cache)
     steps = data_mod.steps(prepared.train_samples, global_batch)
 
-    class Timer(keras.callbacks.Callback):
-        """The engine's own clock: epoch start to the time its last step's result
-        arrived, taken on fit's async batch-end threads (so nothing is synchronised)."""
+    from epoch_timer import EpochTimer  # beside this script
 
-        async_safe = True
-
-        def __init__(self):
-            super().__init__()
-            self.begin, self.train_end, self.end = [], [], []
-            self.last_step = 0.0
-
-        def on_epoch_begin(self, epoch, logs=None):
-            self.begin.append(time.perf_counter())
-
-        def on_train_batch_end(self, batch, logs=None):
-            self.last_step = max(self.last_step, time.perf_counter())
-
-        def on_epoch_end(self, epoch, logs=None):
-            self.train_end.append(self.last_step)
-            self.end.append(time.perf_counter())
-
-    timer = Timer()
+    timer = EpochTimer()
     model.fit(train, validation_data=val, epochs=args.epochs, verbose=0, callbacks=[timer],
               steps_per_epoch=steps if repeat else None, shuffle=False)
-    throughput = [steps * global_batch / (e - b) for b, e in zip(timer.begin, timer.train_end,
-                                                                   strict=False)]
+    throughput = timer.throughputs(steps * global_batch)
     walls = [b - a for a, b in zip(timer.end, timer.end[1:], strict=False)]
     print(json.dumps({"throughput": throughput[1:], "wall": walls}))
 

@@ -80,29 +80,12 @@ def child(args) -> None:
         xla.enable(setup.model)
     steps = setup.data.train_samples // setup.global_batch
 
-    class Timer(keras.callbacks.Callback):
-        async_safe = True
+    from epoch_timer import EpochTimer  # beside this script
 
-        def __init__(self):
-            super().__init__()
-            self.begin: list[float] = []
-            self.train_end: list[float] = []
-            self.last_step = 0.0
-
-        def on_epoch_begin(self, epoch, logs=None):
-            self.begin.append(time.perf_counter())
-
-        def on_train_batch_end(self, batch, logs=None):
-            self.last_step = max(self.last_step, time.perf_counter())
-
-        def on_epoch_end(self, epoch, logs=None):
-            self.train_end.append(self.last_step)
-
-    timer = Timer()
+    timer = EpochTimer()
     history = setup.model.fit(setup.train, epochs=args.epochs, steps_per_epoch=steps,
                               callbacks=[timer], shuffle=False, verbose=0)
-    throughput = [steps * setup.global_batch / (e - b)
-                  for b, e in zip(timer.begin, timer.train_end, strict=True)]
+    throughput = timer.throughputs(steps * setup.global_batch)
     print(json.dumps({"throughput": throughput, "loss": history.history["loss"],
                       "global_batch": setup.global_batch, "steps": steps,
                       "devices": list(strategy.extended.worker_devices),
