@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TextIO
 
 from mgpu_gui.batch_cli import add_find_batch_parser, cmd_find_batch
+from mgpu_gui.cluster_cli import add_worker_parser, cmd_worker
 from mgpu_gui.console import LiveLine
 from mgpu_gui.core.config import (
     DEMO,
@@ -49,7 +50,7 @@ from mgpu_gui.queue_cli import add_queue_parser, cmd_queue
 from mgpu_gui.scale_cli import add_scale_parser
 
 COMMANDS = ("train", "resume", "runs", "queue", "devices", "doctor", "export", "inspect",
-            "unwrap", "scale", "find-batch")
+            "unwrap", "scale", "find-batch", "worker")
 FLAGS = {  # RunConfig fields as the flags a CLI user typed
     "model": "--model", "data": "--data", "validation_data": "--val-data",
     "validation_split": "--val-split", "batch_per_replica": "--batch-per-replica",
@@ -111,6 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_scale_parser(sub)
     add_find_batch_parser(sub)
     add_queue_parser(sub, _add_train_arguments)
+    add_worker_parser(sub, _add_train_arguments)
     return parser
 
 
@@ -571,7 +573,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "inspect": cmd_inspect,
                 "unwrap": cmd_unwrap, "scale": cmd_scale,
                 "find-batch": cmd_find_batch,
-                "queue": lambda a: cmd_queue(a, config_from_args, _open_store)}
+                "queue": lambda a: cmd_queue(a, config_from_args, _open_store),
+                "worker": cmd_worker}
     try:
         return handlers[args.command or "train"](args)
     except ConfigError as error:

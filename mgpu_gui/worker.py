@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TextIO
 
 from mgpu_gui.core import fake_gpus
+from mgpu_gui.core.cluster import ClusterSpec
 from mgpu_gui.core.device_plan import DevicePlan
 from mgpu_gui.core.errors import ExportError, UserError
 from mgpu_gui.core.events import (
@@ -96,13 +97,21 @@ def listen_for_stop(control_fd: int | None, stop: threading.Event) -> None:
 
 
 def run_job(run_dir: RunDir, plan: DevicePlan, strategy, cross_device_ops: str,
-            channel: EventChannel, stop: threading.Event) -> int:
+            channel: EventChannel, stop: threading.Event, cluster: ClusterSpec | None = None,
+            ) -> int:
     """Run one job and report any failure as an event; returns the process exit code."""
-    from mgpu_gui.core.training import run_training
-
     try:
-        status = run_training(run_dir.read_config(), run_dir, plan, strategy, cross_device_ops,
-                              channel, stop)
+        config = run_dir.read_config()
+        if cluster is None:
+            from mgpu_gui.core.training import run_training
+
+            status = run_training(config, run_dir, plan, strategy, cross_device_ops, channel,
+                                  stop)
+        else:
+            from mgpu_gui.core.multiworker import run_cluster_training
+
+            status = run_cluster_training(config, run_dir, plan, strategy, cross_device_ops,
+                                          channel, stop, cluster)
     except Exception as error:  # every failure must reach the user as an event
         channel.emit(failure_event(error, channel.started))
         return EXIT_FAILED
@@ -164,17 +173,24 @@ def main(argv: list[str] | None = None) -> int:
     channel = EventChannel(pipe, run_dir.events_jsonl)
     stop = threading.Event()
     listen_for_stop(args.control_fd, stop)
+    cluster = None
     try:
         plan = fake_gpus.as_cpu(DevicePlan.from_json(run_dir.plan_json.read_text()))
         from mgpu_gui.core.strategy import apply_device_env, make_strategy
 
         apply_device_env(plan)  # before TensorFlow is imported
-        strategy, cross_device_ops = make_strategy(plan)
+        if run_dir.cluster_json.exists():  # one worker of a multi-machine run
+            from mgpu_gui.core.multiworker import make_cluster_strategy
+
+            cluster = ClusterSpec.from_json(run_dir.cluster_json.read_text())
+            strategy, cross_device_ops = make_cluster_strategy(plan, cluster)
+        else:
+            strategy, cross_device_ops = make_strategy(plan)
     except Exception as error:
         channel.emit(failure_event(error, started=False))
         channel.close()
         return EXIT_FAILED
-    code = run_job(run_dir, plan, strategy, cross_device_ops, channel, stop)
+    code = run_job(run_dir, plan, strategy, cross_device_ops, channel, stop, cluster)
     channel.close()
     return code
 

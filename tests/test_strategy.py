@@ -136,7 +136,7 @@ def gpu_plan(count: int):
 @pytest.mark.parametrize(("nccl", "name"), [(True, "NcclAllReduce"),
                                             (False, "HierarchicalCopyAllReduce")])
 def test_gpu_strategy_picks_cross_device_ops(monkeypatch, nccl, name):
-    monkeypatch.setattr(strategy_module, "_nccl_available", lambda tf: nccl)
+    monkeypatch.setattr(strategy_module, "nccl_available", lambda tf: nccl)
     tf = FakeTF(2)
     strategy, ops = strategy_module._gpu_strategy(tf, gpu_plan(2))
     assert ops == name

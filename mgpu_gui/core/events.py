@@ -99,6 +99,15 @@ class LogMessage(Event):
 
 
 @dataclass(frozen=True)
+class ClusterFormed(Event):
+    """Every worker of a multi-worker run, as TensorFlow gathered them at the start."""
+
+    type: ClassVar[str] = "cluster_formed"
+    workers: list[dict[str, Any]]  # per worker: index, address, host, chief, devices
+    this_worker: int  # the index of the worker that emitted this event
+
+
+@dataclass(frozen=True)
 class CheckpointSaved(Event):
     type: ClassVar[str] = "checkpoint_saved"
     kind: str  # "best", "last" or "backup"
@@ -146,8 +155,8 @@ class RunFailed(Event):
 
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
-    for cls in (RunStarted, BatchEnd, EpochEnd, LogMessage, CheckpointSaved, ModelExported,
-                Evaluated, RunFinished, RunFailed)
+    for cls in (RunStarted, BatchEnd, EpochEnd, LogMessage, ClusterFormed, CheckpointSaved,
+                ModelExported, Evaluated, RunFinished, RunFailed)
 }
 
 

@@ -42,6 +42,11 @@ class RunDir:
         return self.path / "plan.json"
 
     @property
+    def cluster_json(self) -> Path:
+        """A multi-worker run's cluster (cluster.py); absent on one machine."""
+        return self.path / "cluster.json"
+
+    @property
     def events_jsonl(self) -> Path:
         return self.path / "events.jsonl"
 

@@ -94,15 +94,9 @@ def _cpu_strategy(tf: Any, replicas: int) -> tuple[Any, str]:
 
 
 def _gpu_strategy(tf: Any, plan: DevicePlan) -> tuple[Any, str]:
-    physical = tf.config.list_physical_devices("GPU")
+    physical = gpus_growing_memory(tf)
     if not physical:
         raise DeviceError(_no_gpu_in_tensorflow(tf, plan))
-    for gpu in physical:
-        # Take memory as needed instead of all of it at start, so the GPU panel
-        # shows real use and other processes keep running. RuntimeError: the
-        # devices are already initialised, and TensorFlow's setting stays.
-        with contextlib.suppress(RuntimeError):
-            tf.config.experimental.set_memory_growth(gpu, True)
     if len(physical) != plan.replicas:
         raise DeviceError(
             f"TensorFlow sees {len(physical)} GPU(s) but {plan.replicas} were planned "
@@ -113,11 +107,25 @@ def _gpu_strategy(tf: Any, plan: DevicePlan) -> tuple[Any, str]:
     if len(devices) == 1:
         # One replica: nothing to all-reduce across devices.
         return tf.distribute.MirroredStrategy(devices=devices), "none (one GPU)"
-    if _nccl_available(tf):
+    if nccl_available(tf):
         ops, name = tf.distribute.NcclAllReduce(), "NcclAllReduce"
     else:
         ops, name = tf.distribute.HierarchicalCopyAllReduce(), "HierarchicalCopyAllReduce"
     return tf.distribute.MirroredStrategy(devices=devices, cross_device_ops=ops), name
+
+
+def gpus_growing_memory(tf: Any) -> list:
+    """The GPUs TensorFlow sees, each set to take memory as needed.
+
+    Not all of it at start, so the GPU panel shows real use and other processes
+    keep running. RuntimeError: the devices are already initialised, and
+    TensorFlow's setting stays.
+    """
+    physical = tf.config.list_physical_devices("GPU")
+    for gpu in physical:
+        with contextlib.suppress(RuntimeError):
+            tf.config.experimental.set_memory_growth(gpu, True)
+    return physical
 
 
 def _no_gpu_in_tensorflow(tf: Any, plan: DevicePlan) -> str:
@@ -135,7 +143,7 @@ def _no_gpu_in_tensorflow(tf: Any, plan: DevicePlan) -> str:
     )
 
 
-def _nccl_available(tf: Any) -> bool:
+def nccl_available(tf: Any) -> bool:
     """Whether this TensorFlow has NCCL's GPU kernel and the NCCL library loads.
 
     The kernel is registered in every Linux CUDA build; without libnccl.so.2 (the

@@ -47,7 +47,7 @@ from mgpu_gui.core.failures import NonFiniteLossError, Stage, Where, explain_fai
 from mgpu_gui.core.lr_schedule import LinearScaling, format_lr
 from mgpu_gui.core.rundir import RunDir
 
-__all__ = ["NonFiniteLossError", "TrainingSetup", "prepare", "run_training"]
+__all__ = ["FitLoop", "NonFiniteLossError", "TrainingSetup", "prepare", "run_training"]
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,36 @@ class TrainingSetup:
     global_batch: int
 
 
+class FitLoop:
+    """How the epochs run on one machine: Keras' `fit` and `evaluate`.
+
+    A cluster of machines runs its own loop over the same callbacks
+    (multiworker.py), since `fit` fails under MultiWorkerMirroredStrategy.
+    """
+
+    chief = True  # writes the run's files; other workers write to a temporary folder
+
+    def devices(self, strategy: tf.distribute.Strategy) -> list[str]:
+        return list(strategy.extended.worker_devices)
+
+    def backup_epoch(self, run_dir: RunDir) -> int:
+        return run_dir.backup_epoch()
+
+    def fit(self, model: keras.Model, setup: TrainingSetup, *, epochs: int, steps: int,
+            initial_epoch: int, callbacks: list[keras.callbacks.Callback]) -> None:
+        model.fit(setup.train, validation_data=setup.val, epochs=epochs, steps_per_epoch=steps,
+                  initial_epoch=initial_epoch, callbacks=callbacks,
+                  shuffle=False,  # the dataset reshuffles itself each epoch
+                  verbose=0)
+
+    def evaluate(self, model: keras.Model, dataset: tf.data.Dataset) -> dict[str, float]:
+        results = model.evaluate(dataset, verbose=0, return_dict=True)
+        return {k: float(v) for k, v in results.items()}
+
+    def finish(self) -> None:
+        """After the export: nothing to wait for on one machine."""
+
+
 def run_training(
     config: RunConfig,
     run_dir: RunDir,
@@ -70,6 +100,7 @@ def run_training(
     cross_device_ops: str,
     sink: EventSink,
     stop: threading.Event,
+    loop: FitLoop | None = None,
 ) -> RunStatus:
     """Train one run to its end (or a stop).
 
@@ -78,7 +109,8 @@ def run_training(
     """
     where = Where(config, run_dir, plan, strategy.num_replicas_in_sync)
     try:
-        return _run(config, run_dir, plan, strategy, cross_device_ops, sink, stop, where)
+        return _run(config, run_dir, plan, strategy, cross_device_ops, sink, stop, where,
+                    loop or FitLoop())
     except Exception as error:
         explained = explain_failure(error, where)
         if explained is error:
@@ -88,7 +120,7 @@ def run_training(
 
 def _run(config: RunConfig, run_dir: RunDir, plan: DevicePlan, strategy: tf.distribute.Strategy,
          cross_device_ops: str, sink: EventSink, stop: threading.Event, where: Where,
-         ) -> RunStatus:
+         loop: FitLoop) -> RunStatus:
     def log(message: str, level: str = "info") -> None:
         sink.emit(LogMessage(message=message, level=level))
 
@@ -103,10 +135,10 @@ def _run(config: RunConfig, run_dir: RunDir, plan: DevicePlan, strategy: tf.dist
     replicas = strategy.num_replicas_in_sync
     steps = data_mod.steps(prepared.train_samples, setup.global_batch)
     dropped = data_mod.dropped_per_epoch(prepared.train_samples, setup.global_batch)
-    initial_epoch = run_dir.backup_epoch()
+    initial_epoch = loop.backup_epoch(run_dir)
     sink.emit(RunStarted(
         run_dir=str(run_dir.path), device_kind=plan.kind.value,
-        devices=list(strategy.extended.worker_devices), device_names=list(plan.names),
+        devices=loop.devices(strategy), device_names=list(plan.names),
         num_replicas=replicas, batch_per_replica=config.batch_per_replica,
         global_batch=setup.global_batch, train_samples=prepared.train_samples,
         val_samples=prepared.val_samples, test_samples=prepared.test_samples,
@@ -132,7 +164,7 @@ def _run(config: RunConfig, run_dir: RunDir, plan: DevicePlan, strategy: tf.dist
     if fault is not None:
         log(f"Test-only fault injection is on: {faults.ENV_VAR}={fault}.", "warning")
     while True:
-        initial_epoch = run_dir.backup_epoch()
+        initial_epoch = loop.backup_epoch(run_dir)
         tracker = EpochTracker(steps)
         saver, events, callbacks = _callbacks(config, run_dir, sink, stop, tracker, monitor,
                                               setup.global_batch, initial_epoch, warmup)
@@ -141,10 +173,8 @@ def _run(config: RunConfig, run_dir: RunDir, plan: DevicePlan, strategy: tf.dist
         where.stage, where.steps, where.tracker, where.checkpoints = (
             Stage.TRAINING, steps, tracker, saver)
         try:
-            model.fit(setup.train, validation_data=setup.val, epochs=config.epochs,
-                      steps_per_epoch=steps, initial_epoch=initial_epoch, callbacks=callbacks,
-                      shuffle=False,  # the dataset reshuffles itself each epoch
-                      verbose=0)
+            loop.fit(model, setup, epochs=config.epochs, steps=steps,
+                     initial_epoch=initial_epoch, callbacks=callbacks)
         except Exception as error:
             reason = xla.compile_error(error) if use_xla else None
             if reason is None:
@@ -174,9 +204,11 @@ def _run(config: RunConfig, run_dir: RunDir, plan: DevicePlan, strategy: tf.dist
     where.epochs_done = epochs_done
     if setup.test is not None:
         where.stage = Stage.EVALUATION
-        _evaluate(model, setup, sink)
+        _evaluate(loop, model, setup, sink)
     where.stage = Stage.EXPORT
-    _export(config, run_dir, model, prepared, sink, where)
+    if loop.chief:  # other workers of a cluster: nothing to export (it reads no collective)
+        _export(config, run_dir, model, prepared, sink, where)
+    loop.finish()
     status = RunStatus.EARLY_STOPPED if epochs_done < config.epochs else RunStatus.COMPLETED
     return _finish(sink, status, epochs_done, events, "")
 
@@ -325,13 +357,13 @@ def _monitor(wanted: str, available: str) -> str:
     return wanted
 
 
-def _evaluate(model: keras.Model, setup: TrainingSetup, sink: EventSink) -> None:
+def _evaluate(loop: FitLoop, model: keras.Model, setup: TrainingSetup, sink: EventSink) -> None:
     samples, replicas = setup.data.test_samples, model.distribute_strategy.num_replicas_in_sync
     batch = data_mod.eval_batch(samples, setup.global_batch // replicas, replicas)
-    results = model.evaluate(setup.test, verbose=0, return_dict=True)
+    results = loop.evaluate(model, setup.test)
     dropped = data_mod.dropped_per_epoch(samples, batch)
-    sink.emit(Evaluated(dataset="test", metrics={k: float(v) for k, v in results.items()},
-                        samples=samples - dropped, dropped=dropped))
+    sink.emit(Evaluated(dataset="test", metrics=results, samples=samples - dropped,
+                        dropped=dropped))
 
 
 def _export(config: RunConfig, run_dir: RunDir, model: keras.Model,

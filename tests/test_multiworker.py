@@ -1,0 +1,273 @@
+"""Training across machines: two `mgpu-train worker` processes on 127.0.0.1.
+
+Each worker is the real CLI (supervisor, worker process, TF_CONFIG, the
+coordination service); CPU, a tiny model, one replica per worker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mgpu_gui.core.cluster import (
+    ClusterError,
+    ClusterSpec,
+    check_port_free,
+    differing_settings,
+    settings_vector,
+    shared_settings,
+)
+from mgpu_gui.core.config import RunConfig
+from mgpu_gui.core.events import (
+    ClusterFormed,
+    EpochEnd,
+    ModelExported,
+    RunFinished,
+    RunStarted,
+    RunStatus,
+    parse_event,
+)
+from mgpu_gui.core.rundir import RunDir
+from tests.helpers.ports import free_ports
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# -- no TensorFlow -------------------------------------------------------------------
+def test_cluster_spec_is_parsed_and_refused_clearly():
+    spec = ClusterSpec.parse(" 10.0.0.1:2222, 10.0.0.2:2223 ", 1)
+    assert spec.workers == ("10.0.0.1:2222", "10.0.0.2:2223") and spec.port == 2223
+    assert json.loads(spec.tf_config()) == {
+        "cluster": {"worker": ["10.0.0.1:2222", "10.0.0.2:2223"]},
+        "task": {"type": "worker", "index": 1}}
+    assert ClusterSpec.from_json(spec.to_json()) == spec
+    assert spec.describe(0) == "worker 0 (10.0.0.1:2222, the chief)"
+    assert spec.named_in("unhealthy: /job:worker/replica:0/task:1, /job:worker/task:0") == [0, 1]
+    for hosts, index, words in (("a:1,b", 0, "'b' has no port"), ("a:1,b:99999", 0, "valid"),
+                                ("a:1", 0, "at least two"), ("a:1,a:1", 0, "more than once"),
+                                ("a:1,b:2", 2, "--index 2 is not a worker")):
+        with pytest.raises(ClusterError, match=words):
+            ClusterSpec.parse(hosts, index)
+
+
+def test_a_port_in_use_is_named():
+    with socket.socket() as busy:
+        busy.bind(("0.0.0.0", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(ClusterError, match=f"Port {port} is in use on this machine"):
+            check_port_free(port)
+    check_port_free(port)  # free again
+
+
+def test_settings_compare_by_content_not_by_machine(tmp_path):
+    data = tmp_path / "a" / "d.npz"
+    data.parent.mkdir()
+    np.savez(data, x_train=np.zeros((4, 2), "float32"), y_train=np.zeros(4, "int64"))
+    copy = tmp_path / "copy.npz"
+    copy.write_bytes(data.read_bytes())
+    here = RunConfig(data=str(data), output_dir="/here", run_name="x")
+    there = RunConfig(data=str(copy), output_dir="/there")  # same content, another path
+    assert shared_settings(here, 1) == shared_settings(there, 1)
+    other = shared_settings(here.replace(learning_rate=0.5, epochs=3), 1)
+    mine = shared_settings(here, 1)
+    assert differing_settings(mine, settings_vector(mine, 48), settings_vector(other, 48)) == [
+        "epochs", "learning_rate"]
+    assert shared_settings(here, 2) != shared_settings(here, 1)
+
+
+# -- two workers on loopback -----------------------------------------------------------
+EPOCHS = 3
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("cluster")
+    rng = np.random.default_rng(0)
+    centers = rng.normal(0, 3, size=(3, 8))
+
+    def blobs(n):
+        y = rng.integers(0, 3, size=n)
+        return (centers[y] + rng.normal(0, 1, size=(n, 8))).astype("float32"), y.astype("int64")
+
+    (xt, yt), (xv, yv), (xs, ys) = blobs(250), blobs(64), blobs(40)
+    np.savez(root / "blobs.npz", x_train=xt, y_train=yt, x_val=xv, y_val=yv, x_test=xs,
+             y_test=ys)
+    (root / "dense.py").write_text(textwrap.dedent("""
+        import keras
+
+        def build_model(input_shape, num_classes):
+            return keras.Sequential([
+                keras.Input(input_shape),
+                keras.layers.Dense(16, activation="relu"),
+                keras.layers.Dense(num_classes, activation="softmax"),
+            ], name="dense")
+    """))
+    return {"root": root, "data": root / "blobs.npz", "model": root / "dense.py"}
+
+
+class Cli:
+    """One `mgpu-train` process; its events from --json on stdout."""
+
+    def __init__(self, *args: str, out: Path):
+        # A store per process: on one machine, a run's claim on the CPU would keep the
+        # other processes of the test from starting.
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2",
+               "PYTHONPATH": str(ROOT), "MGPU_GUI_STORE": str(out.with_suffix(".sqlite"))}
+        self.log = open(out, "w")  # noqa: SIM115 (closed in wait)
+        self.proc = subprocess.Popen([sys.executable, "-m", "mgpu_gui.cli", *args, "--json"],
+                                     stdout=subprocess.PIPE, stderr=self.log, text=True,
+                                     cwd=ROOT, env=env)
+        self.out = out
+        self.events: list = []
+
+    def read_until(self, predicate) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.events.append(parse_event(line))
+            if predicate(self.events[-1]):
+                return
+        raise AssertionError(f"ended first:\n{self.out.read_text()[-3000:]}")
+
+    def wait(self, timeout: float = 120) -> int:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.events.append(parse_event(line))
+        code = self.proc.wait(timeout)
+        self.proc.stdout.close()
+        self.log.close()
+        return code
+
+    @property
+    def stderr(self) -> str:
+        return self.out.read_text()
+
+    def of(self, cls) -> list:
+        return [e for e in self.events if isinstance(e, cls)]
+
+
+def train_args(files, out: Path, **flags) -> list[str]:
+    settings = {"--model": files["model"], "--data": files["data"], "--epochs": EPOCHS,
+                "--batch-per-replica": 16, "--seed": 7, "-o": out, **flags}
+    return ["--cpu", *[str(x) for kv in settings.items() for x in kv]]
+
+
+def workers(files, tmp_path, ports, *, flags=None, peer_timeout=30, tag="") -> list[Cli]:
+    cluster = ",".join(f"127.0.0.1:{p}" for p in ports)
+    return [Cli("worker", "--cluster", cluster, "--index", str(i), "--peer-timeout",
+                str(peer_timeout), "--start-timeout", "60",
+                *train_args(files, tmp_path / f"out{i}", **(flags or {})),
+                out=tmp_path / f"worker{i}{tag}.log") for i in range(len(ports))]
+
+
+@pytest.mark.slow
+def test_two_workers_train_like_one_process_with_two_replicas(files, tmp_path):
+    import keras
+
+    single = Cli("train", "--replicas", "2", *train_args(files, tmp_path / "single"),
+                 out=tmp_path / "single.log")
+    chief, other = workers(files, tmp_path, free_ports(2))
+    codes = [cli.wait() for cli in (chief, other, single)]
+    assert codes == [0, 0, 0], chief.stderr[-3000:] + other.stderr[-3000:]
+
+    losses = {name: [e.metrics["loss"] for e in cli.of(EpochEnd)]
+              for name, cli in (("chief", chief), ("other", other), ("single", single))}
+    assert len(losses["single"]) == EPOCHS
+    assert np.allclose(losses["chief"], losses["single"], atol=1e-3), losses
+    assert np.allclose(losses["other"], losses["single"], atol=1e-3), losses
+    val = [e.metrics["val_loss"] for e in chief.of(EpochEnd)]
+    assert np.allclose(val, [e.metrics["val_loss"] for e in single.of(EpochEnd)], atol=1e-3)
+
+    (formed,) = chief.of(ClusterFormed)
+    assert [w["index"] for w in formed.workers] == [0, 1] and formed.workers[0]["chief"]
+    started = chief.of(RunStarted)[0]
+    assert started.num_replicas == 2 and started.global_batch == 32
+    assert [d.split("/device")[0] for d in started.devices] == [
+        "/job:worker/replica:0/task:0", "/job:worker/replica:0/task:1"]
+
+    # Only the chief writes: its run folder is complete; the other's scratch folder is gone.
+    run_dir = RunDir(Path(started.run_dir))
+    assert run_dir.backup_epoch() == EPOCHS and run_dir.best_checkpoint.is_file()
+    assert (run_dir.cluster_json.is_file() and run_dir.history_csv.is_file())
+    assert not (tmp_path / "out1").exists()
+    assert not Path(other.of(RunStarted)[0].run_dir).exists()
+    assert other.of(ModelExported) == []
+    (exported,) = chief.of(ModelExported)
+    assert exported.verified and exported.max_abs_diff == 0
+    assert chief.of(RunFinished)[0].status is RunStatus.COMPLETED
+    model = keras.saving.load_model(exported.path)  # no strategy in this process
+    assert model.predict(np.zeros((2, 8), "float32"), verbose=0).shape == (2, 3)
+
+
+@pytest.mark.slow
+def test_a_killed_worker_stops_the_other_and_both_resume(files, tmp_path):
+    ports = free_ports(2)
+    flags = {"--epochs": 6, "--batch-per-replica": 4}  # 31 steps per epoch
+    chief, other = workers(files, tmp_path, ports, flags=flags, peer_timeout=10)
+    other.read_until(lambda e: isinstance(e, EpochEnd) and e.epoch == 1)
+    scratch = other.of(RunStarted)[0].run_dir
+    killed = worker_pid(scratch)
+    os.kill(killed, signal.SIGKILL)
+    died = time.monotonic()
+    assert chief.wait(timeout=60) == 1
+    bounded = time.monotonic() - died
+    assert other.wait() == 1
+    assert bounded < 30, bounded
+    message = chief.stderr
+    assert f"Lost worker 1 (127.0.0.1:{ports[1]})" in message, message[-3000:]
+    assert "restart every worker with the same command" in message
+    run_dir = RunDir(Path(chief.of(RunStarted)[0].run_dir))
+    done = run_dir.backup_epoch()
+    assert done >= 1
+
+    chief, other = workers(files, tmp_path, ports, flags=flags, tag="-again")
+    assert [chief.wait(), other.wait()] == [0, 0], chief.stderr[-3000:]
+    assert "Resuming the cluster run" in chief.stderr
+    assert chief.of(RunStarted)[0].run_dir == str(run_dir.path)
+    assert chief.of(RunStarted)[0].initial_epoch == other.of(RunStarted)[0].initial_epoch == done
+    assert [e.epoch for e in chief.of(EpochEnd)] == list(range(done, 6))
+    recorded = [e.epoch for e in run_dir.events() if isinstance(e, EpochEnd)]
+    assert sorted(set(recorded)) == list(range(6)) and recorded[-1] == 5
+    assert chief.of(RunFinished)[0].status is RunStatus.COMPLETED
+
+
+def worker_pid(run_folder: str) -> int:
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"mgpu_gui.worker" in args and run_folder.encode() in args:
+            return int(cmdline.parent.name)
+    raise AssertionError(f"no worker process for {run_folder}")
+
+
+@pytest.mark.slow
+def test_different_settings_and_a_missing_worker_fail_clearly(files, tmp_path):
+    ports = free_ports(3)
+    chief, other = workers(files, tmp_path, ports[:2])
+    other.proc.kill()  # replaced by one with another learning rate
+    other.wait()
+    cluster = f"127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}"
+    other = Cli("worker", "--cluster", cluster, "--index", "1",
+                *train_args(files, tmp_path / "out1", **{"--lr": 0.5}),
+                out=tmp_path / "other-lr.log")
+    alone = Cli("worker", "--cluster", f"127.0.0.1:{ports[2]},127.0.0.1:{free_ports(1)[0]}",
+                "--index", "0", "--start-timeout", "3", *train_args(files, tmp_path / "alone"),
+                out=tmp_path / "alone.log")
+    assert [chief.wait(), other.wait(), alone.wait()] == [1, 1, 1]
+    assert "The workers' settings differ: worker 1" in chief.stderr, chief.stderr[-2000:]
+    assert "learning_rate" in chief.stderr and "learning_rate" in other.stderr
+    assert "The cluster did not form within 3 s: worker 1 (127.0.0.1:" in alone.stderr, (
+        alone.stderr[-2000:])
+    assert not any((tmp_path / "out0").iterdir())  # a setup failure leaves no run folder
