@@ -22,20 +22,17 @@ import sys
 import tempfile
 from pathlib import Path
 
-from mgpu_gui.core.checkpoints import write_text_atomically
 from mgpu_gui.core.cluster import (
     DEFAULT_PEER_TIMEOUT_S,
     DEFAULT_START_TIMEOUT_S,
     ClusterSpec,
     check_port_free,
-    shared_settings,
+    one_replica_per_cpu_worker,
+    resumable_run,
+    write_cluster,
 )
-from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig
-from mgpu_gui.core.devices import GpuInventory, query_inventory
-from mgpu_gui.core.events import RunStatus
-from mgpu_gui.core.rundir import RunDir
-from mgpu_gui.core.runlock import is_live
-from mgpu_gui.core.supervisor import PreparedRun, prepare_resume, prepare_run
+from mgpu_gui.core.devices import query_inventory
+from mgpu_gui.core.supervisor import prepare_resume, prepare_run
 
 
 def add_worker_parser(sub: argparse._SubParsersAction,
@@ -79,7 +76,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         scratch = Path(tempfile.mkdtemp(prefix="mgpu-worker-"))
         try:
             run = prepare_run(config.replace(output_dir=str(scratch)), inventory)
-            write_cluster(run, spec)
+            write_cluster(run.run_dir, spec)
             return cli._supervise(run, args, None)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -92,39 +89,5 @@ def cmd_worker(args: argparse.Namespace) -> int:
         run = prepare_resume(previous.path, inventory, store)
     else:
         run = prepare_run(config, inventory, store)
-    write_cluster(run, spec)
+    write_cluster(run.run_dir, spec)
     return cli._supervise(run, args, store)
-
-
-def one_replica_per_cpu_worker(config: RunConfig, inventory: GpuInventory) -> RunConfig:
-    """TensorFlow's multi-worker strategy uses one CPU device per machine."""
-    devices = config.devices
-    cpu = devices.kind is DeviceKind.CPU or (
-        devices.kind is DeviceKind.AUTO and not devices.gpus and not inventory.gpus)
-    if cpu and devices.replicas is None:
-        return config.replace(devices=DeviceSelection(kind=devices.kind, replicas=1))
-    return config
-
-
-def write_cluster(run: PreparedRun, spec: ClusterSpec) -> None:
-    write_text_atomically(run.run_dir.cluster_json, spec.to_json())
-
-
-def resumable_run(config: RunConfig, spec: ClusterSpec) -> RunDir | None:
-    """The latest run of this cluster and these settings that stopped with epochs done."""
-    root = config.output_path
-    if not root.is_dir():
-        return None
-    wanted = shared_settings(config, 0)
-    for folder in sorted((p for p in root.iterdir() if p.is_dir()), reverse=True):
-        run_dir = RunDir(folder)
-        try:
-            theirs = ClusterSpec.from_json(run_dir.cluster_json.read_text())
-            settings = shared_settings(run_dir.read_config(), 0)
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        if (theirs.same_cluster(spec) and settings == wanted and run_dir.backup_epoch() > 0
-                and run_dir.final_status() not in (RunStatus.COMPLETED, RunStatus.EARLY_STOPPED)
-                and not is_live(folder)):
-            return run_dir
-    return None

@@ -271,3 +271,45 @@ def test_different_settings_and_a_missing_worker_fail_clearly(files, tmp_path):
     assert "The cluster did not form within 3 s: worker 1 (127.0.0.1:" in alone.stderr, (
         alone.stderr[-2000:])
     assert not any((tmp_path / "out0").iterdir())  # a setup failure leaves no run folder
+
+
+@pytest.mark.slow
+def test_the_app_starts_the_chief_and_shows_the_cluster(qtbot, files, tmp_path):
+    from mgpu_gui.core.devices import GpuInventory, NvmlState
+    from mgpu_gui.gui.main_window import MainWindow
+    from mgpu_gui.gui.telemetry_source import TelemetrySource
+
+    win = MainWindow(telemetry=TelemetrySource(inventory=GpuInventory(NvmlState.NO_DRIVER)))
+    qtbot.addWidget(win)
+    win.run_setup.set_config(RunConfig(model=str(files["model"]), data=str(files["data"]),
+                                       epochs=2, batch_per_replica=16, seed=7,
+                                       output_dir=str(tmp_path / "runs")))
+    qtbot.waitUntil(win.cluster_action.isEnabled, timeout=10_000)
+    dialog = win.train_across_machines()
+    assert not dialog.start_button.isEnabled()
+    dialog.workers.setText("127.0.0.1:1")
+    assert "needs at least two" in dialog.problem.text()
+    ports = free_ports(2)
+    cluster = f"127.0.0.1:{ports[0]},127.0.0.1:{ports[1]}"
+    dialog.workers.setText(cluster)
+    dialog.start_timeout.setValue(90)
+    (command,) = dialog.commands.toPlainText().splitlines()
+    assert command.startswith(f"mgpu-train worker --cluster {cluster} --index 1 --config ")
+    with qtbot.waitSignal(win.controller.finished, timeout=240_000) as finished:
+        dialog.start_button.click()
+        assert win.controller.is_running()
+        config_file = tmp_path / "runs" / "cluster-config.json"
+        other = Cli("worker", "--cluster", cluster, "--index", "1", "--config", str(config_file),
+                    "--start-timeout", "90", "-o", str(tmp_path / "out1"),
+                    out=tmp_path / "worker1.log")
+    outcome = finished.args[0]
+    assert other.wait() == 0, other.stderr[-3000:]
+    assert outcome.status is RunStatus.COMPLETED, outcome.message
+    assert win.log.indexOf(win.cluster_panel) >= 0
+    table = win.cluster_panel.table
+    assert table.rowCount() == 2
+    assert [table.item(r, 0).text() for r in range(2)] == ["0 (chief)", "1"]
+    assert table.item(1, 1).text() == f"127.0.0.1:{ports[1]}"
+    assert "CPU" in table.item(1, 3).text() and table.item(0, 4).text() == "completed"
+    assert len(win.curves.series("val_loss")[1]) == 2
+    win.close()

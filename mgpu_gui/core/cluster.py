@@ -19,12 +19,18 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from mgpu_gui.core.config import DEMO, RunConfig
+from mgpu_gui.core.checkpoints import write_text_atomically
+from mgpu_gui.core.config import DEMO, DeviceKind, DeviceSelection, RunConfig
+from mgpu_gui.core.devices import GpuInventory
 from mgpu_gui.core.errors import UserError
+from mgpu_gui.core.events import RunStatus
+from mgpu_gui.core.rundir import RunDir
+from mgpu_gui.core.runlock import is_live
 
 DEFAULT_START_TIMEOUT_S = 120.0  # every worker must have joined by then
 DEFAULT_PEER_TIMEOUT_S = 30.0  # a worker silent this long is taken for dead
@@ -230,3 +236,56 @@ def differing_settings(settings: dict[str, str], mine: list[int], theirs: list[i
     names = sorted(settings)
     return [names[i] if i < len(names) else f"setting {i + 1}"
             for i in range(len(mine) // 3) if mine[3 * i:3 * i + 3] != theirs[3 * i:3 * i + 3]]
+
+
+# -- runs of a cluster ------------------------------------------------------------
+def one_replica_per_cpu_worker(config: RunConfig, inventory: GpuInventory) -> RunConfig:
+    """TensorFlow's multi-worker strategy uses one CPU device per machine."""
+    devices = config.devices
+    cpu = devices.kind is DeviceKind.CPU or (
+        devices.kind is DeviceKind.AUTO and not devices.gpus and not inventory.gpus)
+    if cpu and devices.replicas is None:
+        return config.replace(devices=DeviceSelection(kind=devices.kind, replicas=1))
+    return config
+
+
+def write_cluster(run_dir: RunDir, spec: ClusterSpec) -> None:
+    """The cluster for the run's worker process, which sets TF_CONFIG from it."""
+    write_text_atomically(run_dir.cluster_json, spec.to_json())
+
+
+def resumable_run(config: RunConfig, spec: ClusterSpec) -> RunDir | None:
+    """The latest run of this cluster and these settings that stopped with epochs done."""
+    root = config.output_path
+    if not root.is_dir():
+        return None
+    wanted = shared_settings(config, 0)
+    for folder in sorted((p for p in root.iterdir() if p.is_dir()), reverse=True):
+        run_dir = RunDir(folder)
+        try:
+            theirs = ClusterSpec.from_json(run_dir.cluster_json.read_text())
+            settings = shared_settings(run_dir.read_config(), 0)
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if (theirs.same_cluster(spec) and settings == wanted and run_dir.backup_epoch() > 0
+                and run_dir.final_status() not in (RunStatus.COMPLETED, RunStatus.EARLY_STOPPED)
+                and not is_live(folder)):
+            return run_dir
+    return None
+
+
+def shared_config(config: RunConfig) -> RunConfig:
+    """The settings to hand the other workers (`--config`): per-machine ones at their defaults,
+    so each machine picks its own devices and output folder."""
+    defaults = RunConfig()
+    return config.replace(devices=DeviceSelection(), output_dir=defaults.output_dir,
+                          run_name=defaults.run_name)
+
+
+def worker_commands(spec: ClusterSpec, config_file: Path) -> list[str]:
+    """The command each other machine runs to join this chief's cluster."""
+    return [shlex.join(["mgpu-train", "worker", "--cluster", ",".join(spec.workers),
+                        "--index", str(index), "--config", str(config_file),
+                        "--start-timeout", f"{spec.start_timeout_s:g}",
+                        "--peer-timeout", f"{spec.peer_timeout_s:g}"])
+            for index in range(1, len(spec.workers))]

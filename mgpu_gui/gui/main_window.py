@@ -35,10 +35,10 @@ from PySide6.QtWidgets import (
 )
 
 from mgpu_gui.core.claims import DevicesBusyError
-from mgpu_gui.core.config import RunConfig
+from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig
 from mgpu_gui.core.devices import GpuInventory, NvmlState
 from mgpu_gui.core.errors import UserError
-from mgpu_gui.core.events import EpochEnd, Event, RunFailed, RunStarted, RunStatus
+from mgpu_gui.core.events import ClusterFormed, EpochEnd, Event, RunFailed, RunStarted, RunStatus
 from mgpu_gui.core.rundir import RunDir
 from mgpu_gui.core.runlock import is_live
 from mgpu_gui.core.store import RunRecord, RunStore
@@ -47,6 +47,8 @@ from mgpu_gui.core.storedb import StoreError
 from mgpu_gui.core.supervisor import PreparedRun, RunOutcome
 from mgpu_gui.gui.about_dialog import AboutDialog
 from mgpu_gui.gui.batch_finder_dialog import BatchFinderDialog
+from mgpu_gui.gui.cluster_dialog import ClusterDialog
+from mgpu_gui.gui.cluster_panel import ClusterPanel
 from mgpu_gui.gui.curves_panel import CurvesPanel
 from mgpu_gui.gui.doctor_dialog import DoctorDialog
 from mgpu_gui.gui.error_banner import ErrorBanner
@@ -75,6 +77,7 @@ class MainWindow(QMainWindow):
         self.doctor_dialog: DoctorDialog | None = None
         self.scaling_dialog: ScalingDialog | None = None
         self.batch_dialog: BatchFinderDialog | None = None
+        self.cluster_dialog: ClusterDialog | None = None
         self.telemetry = telemetry or TelemetrySource(parent=self)
         self.controller = controller or RunController(self)
         self._owns_store = False
@@ -96,6 +99,7 @@ class MainWindow(QMainWindow):
         self.log.addTab(self.runs_panel, "Runs")
         self.queue_panel = QueuePanel(self.store, self.telemetry.inventory)
         self.log.addTab(self.queue_panel, "Queue")
+        self.cluster_panel = ClusterPanel()  # a tab once a multi-worker run reports
         self.resume_offer = ResumeOffer()
         self.reconciler = (StoreReconciler(self.store.path, self)
                            if self.store is not None else None)
@@ -135,6 +139,10 @@ class MainWindow(QMainWindow):
         self.scaling_action = action(
             "Scaling &test…", "Ctrl+Shift+T", self.show_scaling_test,
             "Time this model on 1, 2, … of the chosen devices: samples/s, speed-up, efficiency")
+        self.cluster_action = action(
+            "Train across &machines…", "Ctrl+Shift+M", self.train_across_machines,
+            "Start this machine as the chief of a multi-worker run; shows the command for "
+            "the other machines")
         self.batch_action = action(
             "Find &batch size…", "Ctrl+Shift+B", self.show_batch_finder,
             "Try growing batches per GPU in short-lived processes: the largest that fits")
@@ -157,6 +165,7 @@ class MainWindow(QMainWindow):
         run_menu.addAction(self.train_action)
         run_menu.addAction(self.queue_action)
         run_menu.addAction(self.stop_action)
+        run_menu.addAction(self.cluster_action)
         run_menu.addSeparator()
         run_menu.addAction(self.scaling_action)
         run_menu.addAction(self.batch_action)
@@ -314,6 +323,9 @@ class MainWindow(QMainWindow):
                                 f"of {total}")
 
     def _run_event(self, event: Event) -> None:
+        if isinstance(event, ClusterFormed) and self.log.indexOf(self.cluster_panel) < 0:
+            self.log.addTab(self.cluster_panel, "Cluster")
+        self.cluster_panel.handle_event(event)
         self.curves.handle_event(event)
         self.progress.handle_event(event)
         self.log.append_event(event)
@@ -345,6 +357,7 @@ class MainWindow(QMainWindow):
         # A scaling test beside a training run would time the two competing for devices.
         self.scaling_action.setEnabled(idle and self.run_setup.is_valid())
         self.batch_action.setEnabled(idle and self.run_setup.is_valid())
+        self.cluster_action.setEnabled(idle and self.run_setup.is_valid())
         self.export_action.setEnabled(idle and not self.exporter.is_running()
                                       and self._export_source() is not None)
         self.run_setup.set_enabled_for_run(idle)
@@ -521,7 +534,7 @@ class MainWindow(QMainWindow):
         self.runs_panel.shutdown()
         self.queue_panel.shutdown()
         for dialog in (self.about_dialog, self.doctor_dialog, self.scaling_dialog,
-                       self.batch_dialog):
+                       self.batch_dialog, self.cluster_dialog):
             if dialog is not None:
                 dialog.close()  # kills a TensorFlow child still running
         if self.reconciler is not None:
@@ -559,6 +572,33 @@ class MainWindow(QMainWindow):
             return dialog
 
         return self._show_dialog("batch_dialog", make, fresh=True)
+
+    def train_across_machines(self) -> ClusterDialog:
+        """The cluster dialog for the current settings; its Start starts this machine as
+        the chief (one CPU replica per worker where there is no GPU)."""
+        config = self._current_config()
+        if config.devices.kind is DeviceKind.CPU:
+            config = config.replace(devices=DeviceSelection(kind=DeviceKind.CPU))
+
+        def make() -> ClusterDialog:
+            dialog = ClusterDialog(config, self)
+            dialog.accepted.connect(lambda: self._start_chief(dialog))
+            return dialog
+
+        return self._show_dialog("cluster_dialog", make, fresh=True)
+
+    def _start_chief(self, dialog: ClusterDialog) -> None:
+        if self.controller.is_running() or dialog.spec is None:
+            return
+        self.banner.clear()
+        try:
+            self.controller.start_cluster(dialog.config, dialog.spec, resume=dialog.resume)
+        except UserError as error:
+            self.banner.show_error(str(error))
+            return
+        self.log.append_message(
+            "Started as the chief of a multi-worker run; on each other machine run:\n"
+            + dialog.commands.toPlainText())
 
     def _current_config(self) -> RunConfig:
         return self.run_setup.build_config(self.gpu_panel.device_selection())

@@ -16,8 +16,16 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 
+from mgpu_gui.core.cluster import (
+    ClusterSpec,
+    check_port_free,
+    one_replica_per_cpu_worker,
+    write_cluster,
+)
 from mgpu_gui.core.config import RunConfig
+from mgpu_gui.core.devices import query_inventory
 from mgpu_gui.core.errors import UserError
+from mgpu_gui.core.rundir import RunDir
 from mgpu_gui.core.store import RunState as StoreState
 from mgpu_gui.core.store import RunStore
 from mgpu_gui.core.supervisor import (
@@ -96,6 +104,26 @@ class RunController(QObject):
         if self.is_running():
             raise RuntimeError("a run is already in progress")
         return self._launch(prepare_run(config, store=self.store, allow_busy=allow_busy))
+
+    def start_cluster(self, config: RunConfig, spec: ClusterSpec, *,
+                      resume: RunDir | None = None) -> PreparedRun:
+        """Start this machine as the chief of a multi-worker run (or resume one); the
+        other workers join with `mgpu-train worker`. UserErrors as for `start`."""
+        if self.is_running():
+            raise RuntimeError("a run is already in progress")
+        inventory = query_inventory()
+        check_port_free(spec.port)
+        if resume is not None:
+            run = prepare_resume(resume.path, inventory, self.store)
+        else:
+            run = prepare_run(one_replica_per_cpu_worker(config, inventory), inventory,
+                              self.store)
+        try:
+            write_cluster(run.run_dir, spec)
+        except BaseException:
+            run.release()
+            raise
+        return self._launch(run)
 
     def resume(self, run: int | str | Path) -> PreparedRun:
         """Continue a stopped, failed or interrupted run (a store id, or its folder) from its
