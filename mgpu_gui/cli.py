@@ -299,7 +299,10 @@ def cmd_resume(args: argparse.Namespace) -> int:
     return _supervise(prepare_resume(record.run_dir, store=store), args, store)
 
 
-def _supervise(run: PreparedRun, args: argparse.Namespace, store: RunStore | None) -> int:
+def _supervise(run: PreparedRun, args: argparse.Namespace, store: RunStore | None,
+               resume_hint: str | None = None) -> int:
+    """Run the worker to its end, printing its events; `resume_hint` replaces the
+    `mgpu-train resume ID` a stopped or failed run suggests."""
     human = sys.stderr if args.json else sys.stdout
     reporter = ConsoleReporter(human, quiet=args.quiet, debug=args.debug, summary=args.summary)
     if not args.quiet and run.plan.note:
@@ -315,7 +318,9 @@ def _supervise(run: PreparedRun, args: argparse.Namespace, store: RunStore | Non
     outcome = worker.outcome()
     if store is not None:
         store.close()
-    return _report_outcome(outcome, human, args.debug, interrupted(), run.run_id)
+    if resume_hint is None and run.run_id is not None:
+        resume_hint = f"Continue it with: mgpu-train resume {run.run_id}"
+    return _report_outcome(outcome, human, args.debug, interrupted(), resume_hint or "")
 
 
 def _open_store(args: argparse.Namespace) -> RunStore:
@@ -412,20 +417,19 @@ def _forward_interrupts(worker: WorkerProcess):
 
 
 def _report_outcome(outcome: RunOutcome, out: TextIO, debug: bool, interrupted: bool,
-                    run_id: int | None) -> int:
-    resume = f" Continue it with: mgpu-train resume {run_id}" if run_id is not None else ""
+                    resume: str) -> int:
     if outcome.status is RunStatus.FAILED:
         print(f"error: {outcome.message}", file=sys.stderr)
         if debug and outcome.traceback:
             print(outcome.traceback, file=sys.stderr)
         if resume and any(isinstance(e, RunStarted) for e in outcome.events):
-            print(resume.strip(), file=sys.stderr)
+            print(resume, file=sys.stderr)
         return EXIT_FAILED
     finished = next(e for e in reversed(outcome.events) if isinstance(e, RunFinished))
     print(finished_line(finished), file=out)
     if outcome.status is RunStatus.STOPPED:
         if resume:
-            print(resume.strip(), file=out)
+            print(resume, file=out)
         return EXIT_STOPPED if interrupted else 0
     return 0
 

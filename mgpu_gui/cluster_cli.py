@@ -17,6 +17,7 @@ so "restart every worker with the same command" resumes the run.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import shutil
 import sys
 import tempfile
@@ -72,12 +73,16 @@ def cmd_worker(args: argparse.Namespace) -> int:
     inventory = query_inventory()
     config = one_replica_per_cpu_worker(cli.config_from_args(args), inventory)
     check_port_free(spec.port)  # before any folder is made; the worker checks again
+    again = (f"To resume, run the same `mgpu-train worker` command on every machine again "
+             f"({len(spec.workers)} workers); the chief continues after its last complete "
+             f"epoch.")
     if not spec.is_chief:
         scratch = Path(tempfile.mkdtemp(prefix="mgpu-worker-"))
         try:
-            run = prepare_run(config.replace(output_dir=str(scratch)), inventory)
+            run = dataclasses.replace(
+                prepare_run(config.replace(output_dir=str(scratch)), inventory), temporary=True)
             write_cluster(run.run_dir, spec)
-            return cli._supervise(run, args, None)
+            return cli._supervise(run, args, None, again)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     store = cli._open_store_for_training(args)
@@ -90,4 +95,4 @@ def cmd_worker(args: argparse.Namespace) -> int:
     else:
         run = prepare_run(config, inventory, store)
     write_cluster(run.run_dir, spec)
-    return cli._supervise(run, args, store)
+    return cli._supervise(run, args, store, again)

@@ -226,6 +226,9 @@ def test_a_killed_worker_stops_the_other_and_both_resume(files, tmp_path):
     message = chief.stderr
     assert f"Lost worker 1 (127.0.0.1:{ports[1]})" in message, message[-3000:]
     assert "restart every worker with the same command" in message
+    assert "run the same `mgpu-train worker` command on every machine again" in message
+    assert "mgpu-train resume" not in message
+    assert "The chief's run folder keeps the completed epochs." in other.stderr
     run_dir = RunDir(Path(chief.of(RunStarted)[0].run_dir))
     done = run_dir.backup_epoch()
     assert done >= 1

@@ -52,6 +52,7 @@ class PreparedRun:
     lock: RunLock | None = None
     run_id: int | None = None  # in the run store, when one is used
     resumed: bool = False
+    temporary: bool = False  # a cluster's non-chief worker: its folder goes at the end
 
     def release(self) -> None:
         """Give up a run that will not be started."""
@@ -292,9 +293,13 @@ class WorkerProcess:
         said = [line for line in self.output_tail if not is_startup_noise(line)]
         tail = "\n".join(said[-MESSAGE_TAIL_LINES:]) or "(nothing besides TensorFlow's start-up)"
         done = self.run.run_dir.backup_epoch()
-        kept = (f"{done} completed epoch{' is' if done == 1 else 's are'} kept in "
-                f"{self.run.run_dir.path}; resuming continues at epoch {done + 1}."
-                if done else f"No epoch had completed; its folder {self.run.run_dir.path} is kept.")
+        if self.run.temporary:
+            kept = "The chief's run folder keeps the completed epochs."
+        elif done:
+            kept = (f"{done} completed epoch{' is' if done == 1 else 's are'} kept in "
+                    f"{self.run.run_dir.path}; resuming continues at epoch {done + 1}.")
+        else:
+            kept = f"No epoch had completed; its folder {self.run.run_dir.path} is kept."
         return RunOutcome(
             RunStatus.FAILED,
             f"The training process {how} without reporting an error (a crash, or killed "
