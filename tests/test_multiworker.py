@@ -316,3 +316,21 @@ def test_the_app_starts_the_chief_and_shows_the_cluster(qtbot, files, tmp_path):
     assert "CPU" in table.item(1, 3).text() and table.item(0, 4).text() == "completed"
     assert len(win.curves.series("val_loss")[1]) == 2
     win.close()
+
+
+@pytest.mark.slow
+def test_a_stop_on_the_chief_stops_every_worker_at_the_same_step(files, tmp_path):
+    flags = {"--epochs": 20, "--batch-per-replica": 4}
+    chief, other = workers(files, tmp_path, free_ports(2), flags=flags)
+    chief.read_until(lambda e: isinstance(e, EpochEnd) and e.epoch == 0)
+    chief.proc.send_signal(signal.SIGINT)  # Ctrl-C: the chief's supervisor asks for a stop
+    asked = time.monotonic()
+    assert chief.wait(timeout=60) == 130, chief.stderr[-3000:]
+    assert other.wait(timeout=60) == 0, other.stderr[-3000:]
+    assert time.monotonic() - asked < 30
+    for cli in (chief, other):
+        (finished,) = cli.of(RunFinished)
+        assert finished.status is RunStatus.STOPPED
+    assert [e.epoch for e in chief.of(EpochEnd)] == [e.epoch for e in other.of(EpochEnd)]
+    assert chief.of(RunFinished)[0].epochs_done < 20
+    assert "run the same `mgpu-train worker` command on every machine again" in chief.stderr
