@@ -35,7 +35,9 @@ def add_queue_parser(sub: argparse._SubParsersAction,
                     "process starts them and keeps going after this terminal closes.")
     actions = queue.add_subparsers(dest="queue_command", required=True)
     listing = actions.add_parser("list", help="waiting and running jobs")
-    listing.add_argument("--all", action="store_true", help="also finished, cancelled, failed")
+    listing.add_argument("--all", action="store_true",
+                         help="also jobs whose run ended, cancelled ones, and those that "
+                              "could not start")
     listing.add_argument("--json", action="store_true", help="print JSON")
     add = actions.add_parser("add", help="queue a run; takes the options of `mgpu-train train`")
     add_train_arguments(add)

@@ -305,6 +305,7 @@ def test_two_queued_runs_on_disjoint_gpus_run_at_once_a_third_waits_across_an_ap
         "SELECT claims FROM runs WHERE id = ?", (c.id,)).fetchone()[0]) == ["GPU-fake-0"]
     second.queue_panel.refresh()
     assert [j.state for j in queue.jobs(finished=True)] == [JobState.STARTED] * 3
+    assert queue.jobs() == []  # their runs ended: the Runs tab has them now
     second.close()
 
 

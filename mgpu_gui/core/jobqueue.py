@@ -112,9 +112,13 @@ class JobQueue:
         return self.get(int(retry(insert)))
 
     def jobs(self, *, finished: bool = False) -> list[QueuedJob]:
-        """Queued and started jobs, oldest first (with `finished`, every job)."""
-        where = "" if finished else "WHERE state IN ('queued', 'started')"
-        rows = self._database.db.execute(f"SELECT * FROM queue {where} ORDER BY id").fetchall()
+        """Waiting jobs and those whose run still runs, oldest first (with `finished`,
+        every job: cancelled, failed to start, and started ones whose run ended)."""
+        where = "" if finished else (
+            "WHERE q.state = 'queued' OR (q.state = 'started' AND r.status = 'running')")
+        rows = self._database.db.execute(
+            f"SELECT q.* FROM queue q LEFT JOIN runs r ON r.id = q.run_id {where} "
+            f"ORDER BY q.id").fetchall()
         return [_job(row) for row in rows]
 
     def waiting(self) -> list[QueuedJob]:
