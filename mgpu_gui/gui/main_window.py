@@ -17,14 +17,11 @@ scheme (`theme.follow_system_scheme`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from PySide6.QtCore import QByteArray, QEvent, QObject, QSettings, Qt
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
-    QDialog,
     QMainWindow,
     QMessageBox,
     QScrollArea,
@@ -35,7 +32,7 @@ from PySide6.QtWidgets import (
 )
 
 from mgpu_gui.core.claims import DevicesBusyError
-from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig
+from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.devices import GpuInventory, NvmlState
 from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.events import ClusterFormed, EpochEnd, Event, RunFailed, RunStarted, RunStatus
@@ -45,12 +42,8 @@ from mgpu_gui.core.store import RunRecord, RunStore
 from mgpu_gui.core.store import RunState as StoreState
 from mgpu_gui.core.storedb import StoreError
 from mgpu_gui.core.supervisor import PreparedRun, RunOutcome
-from mgpu_gui.gui.about_dialog import AboutDialog
-from mgpu_gui.gui.batch_finder_dialog import BatchFinderDialog
-from mgpu_gui.gui.cluster_dialog import ClusterDialog
 from mgpu_gui.gui.cluster_panel import ClusterPanel
 from mgpu_gui.gui.curves_panel import CurvesPanel
-from mgpu_gui.gui.doctor_dialog import DoctorDialog
 from mgpu_gui.gui.error_banner import ErrorBanner
 from mgpu_gui.gui.exporter import ModelExporter, ask_export_target
 from mgpu_gui.gui.gpu_panel import GpuPanel
@@ -62,22 +55,17 @@ from mgpu_gui.gui.run_controller import RunController, RunState
 from mgpu_gui.gui.run_setup import RunSetupPanel
 from mgpu_gui.gui.runs_panel import RunsPanel
 from mgpu_gui.gui.runs_table import STATUS_TEXT, best_text, short_name
-from mgpu_gui.gui.scaling_dialog import ScalingDialog
 from mgpu_gui.gui.telemetry_source import TelemetrySource
 from mgpu_gui.gui.theme import follow_system_scheme, refresh_style_sheets
+from mgpu_gui.gui.tool_dialogs import ToolDialogs
 
 
-class MainWindow(QMainWindow):
+class MainWindow(ToolDialogs, QMainWindow):
     def __init__(self, *, telemetry: TelemetrySource | None = None,
                  controller: RunController | None = None):
         super().__init__()
         self.setWindowTitle("mgpu-gui")
         follow_system_scheme()  # light or dark as the system says, plots included
-        self.about_dialog: AboutDialog | None = None
-        self.doctor_dialog: DoctorDialog | None = None
-        self.scaling_dialog: ScalingDialog | None = None
-        self.batch_dialog: BatchFinderDialog | None = None
-        self.cluster_dialog: ClusterDialog | None = None
         self.telemetry = telemetry or TelemetrySource(parent=self)
         self.controller = controller or RunController(self)
         self._owns_store = False
@@ -533,97 +521,9 @@ class MainWindow(QMainWindow):
         self.exporter.cancel()
         self.runs_panel.shutdown()
         self.queue_panel.shutdown()
-        for dialog in (self.about_dialog, self.doctor_dialog, self.scaling_dialog,
-                       self.batch_dialog, self.cluster_dialog):
-            if dialog is not None:
-                dialog.close()  # kills a TensorFlow child still running
+        self.close_dialogs()
         if self.reconciler is not None:
             self.reconciler.wait(10.0)
         if self._owns_store and self.store is not None:
             self.store.close()
         event.accept()
-
-    # -- tool dialogs: about, the doctor, the scaling test, the batch finder ----------
-    def show_about(self) -> AboutDialog:
-        """Versions, TensorFlow's asked in a child process; opens at once."""
-        def make() -> AboutDialog:
-            dialog = AboutDialog(self.telemetry.inventory, self)
-            dialog.check_setup_requested.connect(self.check_setup)
-            return dialog
-
-        return self._show_dialog("about_dialog", make, fresh=False)
-
-    def check_setup(self) -> DoctorDialog:
-        """The doctor's findings ("Check my setup…"); TensorFlow asked in a child process."""
-        return self._show_dialog(
-            "doctor_dialog", lambda: DoctorDialog(self.telemetry.inventory, self), fresh=False)
-
-    def show_scaling_test(self) -> ScalingDialog:
-        """The scaling test for the current model, data and devices."""
-        return self._show_dialog(
-            "scaling_dialog", lambda: ScalingDialog(self, self._current_config()), fresh=True)
-
-    def show_batch_finder(self) -> BatchFinderDialog:
-        """The batch-size finder for the current model, data and devices; "Use N per GPU"
-        sets the run setup's batch."""
-        def make() -> BatchFinderDialog:
-            dialog = BatchFinderDialog(self, self._current_config())
-            dialog.use_batch.connect(self.run_setup.batch_spin.setValue)
-            return dialog
-
-        return self._show_dialog("batch_dialog", make, fresh=True)
-
-    def train_across_machines(self) -> ClusterDialog:
-        """The cluster dialog for the current settings; its Start starts this machine as
-        the chief (one CPU replica per worker where there is no GPU)."""
-        config = self._current_config()
-        if config.devices.kind is DeviceKind.CPU:
-            config = config.replace(devices=DeviceSelection(kind=DeviceKind.CPU))
-
-        def make() -> ClusterDialog:
-            dialog = ClusterDialog(config, self)
-            dialog.accepted.connect(lambda: self._start_chief(dialog))
-            return dialog
-
-        return self._show_dialog("cluster_dialog", make, fresh=True)
-
-    def _start_chief(self, dialog: ClusterDialog) -> None:
-        if self.controller.is_running() or dialog.spec is None:
-            return
-        self.banner.clear()
-        try:
-            self.controller.start_cluster(dialog.config, dialog.spec, resume=dialog.resume)
-        except UserError as error:
-            self.banner.show_error(str(error))
-            return
-        self.log.append_message(
-            "Started as the chief of a multi-worker run; on each other machine run:\n"
-            + dialog.commands.toPlainText())
-
-    def _current_config(self) -> RunConfig:
-        return self.run_setup.build_config(self.gpu_panel.device_selection())
-
-    def _show_dialog(self, name: str, make: Callable[[], QDialog], *, fresh: bool) -> Any:
-        """One dialog of each kind, kept in attribute `name` while open. `fresh` replaces an
-        open one: it was made for settings that may have changed since."""
-        dialog = getattr(self, name)
-        if dialog is not None and fresh:
-            dialog.close()  # its children (a TensorFlow process) end with it
-            dialog = None
-        if dialog is None:
-            dialog = make()
-            setattr(self, name, dialog)
-            dialog.finished.connect(lambda _=None, d=dialog: self._forget_dialog(name, d))
-        dialog.show()
-        dialog.raise_()
-        return dialog
-
-    def _forget_dialog(self, name: str, dialog: QDialog) -> None:
-        if getattr(self, name) is dialog:
-            setattr(self, name, None)
-        dialog.deleteLater()
-
-    def _forward_inventory(self, inventory: GpuInventory) -> None:
-        for dialog in (self.about_dialog, self.doctor_dialog):
-            if dialog is not None:
-                dialog.set_inventory(inventory)

@@ -1,0 +1,125 @@
+"""The main window's tool dialogs: About, Check my setup, the scaling test, the batch
+finder and Train across machines.
+
+A mixin of `MainWindow`, kept apart so the window module holds the panels and the
+run; it uses the window's `telemetry`, `run_setup`, `gpu_panel`, `controller`,
+`banner` and `log`. One dialog of each kind is open at a time, in the attribute
+named for it (`about_dialog`, ...), None while closed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from PySide6.QtWidgets import QDialog
+
+from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig
+from mgpu_gui.core.devices import GpuInventory
+from mgpu_gui.core.errors import UserError
+from mgpu_gui.gui.about_dialog import AboutDialog
+from mgpu_gui.gui.batch_finder_dialog import BatchFinderDialog
+from mgpu_gui.gui.cluster_dialog import ClusterDialog
+from mgpu_gui.gui.doctor_dialog import DoctorDialog
+from mgpu_gui.gui.scaling_dialog import ScalingDialog
+
+DIALOGS = ("about_dialog", "doctor_dialog", "scaling_dialog", "batch_dialog", "cluster_dialog")
+
+
+class ToolDialogs:
+    about_dialog: AboutDialog | None = None
+    doctor_dialog: DoctorDialog | None = None
+    scaling_dialog: ScalingDialog | None = None
+    batch_dialog: BatchFinderDialog | None = None
+    cluster_dialog: ClusterDialog | None = None
+
+    def close_dialogs(self) -> None:
+        """For the window's close: each dialog's child process (TensorFlow) ends with it."""
+        for name in DIALOGS:
+            dialog = getattr(self, name)
+            if dialog is not None:
+                dialog.close()
+
+    def show_about(self) -> AboutDialog:
+        """Versions, TensorFlow's asked in a child process; opens at once."""
+        def make() -> AboutDialog:
+            dialog = AboutDialog(self.telemetry.inventory, self)
+            dialog.check_setup_requested.connect(self.check_setup)
+            return dialog
+
+        return self._show_dialog("about_dialog", make, fresh=False)
+
+    def check_setup(self) -> DoctorDialog:
+        """The doctor's findings ("Check my setup…"); TensorFlow asked in a child process."""
+        return self._show_dialog(
+            "doctor_dialog", lambda: DoctorDialog(self.telemetry.inventory, self), fresh=False)
+
+    def show_scaling_test(self) -> ScalingDialog:
+        """The scaling test for the current model, data and devices."""
+        return self._show_dialog(
+            "scaling_dialog", lambda: ScalingDialog(self, self._current_config()), fresh=True)
+
+    def show_batch_finder(self) -> BatchFinderDialog:
+        """The batch-size finder for the current model, data and devices; "Use N per GPU"
+        sets the run setup's batch."""
+        def make() -> BatchFinderDialog:
+            dialog = BatchFinderDialog(self, self._current_config())
+            dialog.use_batch.connect(self.run_setup.batch_spin.setValue)
+            return dialog
+
+        return self._show_dialog("batch_dialog", make, fresh=True)
+
+    def train_across_machines(self) -> ClusterDialog:
+        """The cluster dialog for the current settings; its Start starts this machine as
+        the chief (one CPU replica per worker where there is no GPU)."""
+        config = self._current_config()
+        if config.devices.kind is DeviceKind.CPU:
+            config = config.replace(devices=DeviceSelection(kind=DeviceKind.CPU))
+
+        def make() -> ClusterDialog:
+            dialog = ClusterDialog(config, self)
+            dialog.accepted.connect(lambda: self._start_chief(dialog))
+            return dialog
+
+        return self._show_dialog("cluster_dialog", make, fresh=True)
+
+    def _start_chief(self, dialog: ClusterDialog) -> None:
+        if self.controller.is_running() or dialog.spec is None:
+            return
+        self.banner.clear()
+        try:
+            self.controller.start_cluster(dialog.config, dialog.spec, resume=dialog.resume)
+        except UserError as error:
+            self.banner.show_error(str(error))
+            return
+        self.log.append_message(
+            "Started as the chief of a multi-worker run; on each other machine run:\n"
+            + dialog.commands.toPlainText())
+
+    def _current_config(self) -> RunConfig:
+        return self.run_setup.build_config(self.gpu_panel.device_selection())
+
+    def _show_dialog(self, name: str, make: Callable[[], QDialog], *, fresh: bool) -> Any:
+        """One dialog of each kind, kept in attribute `name` while open. `fresh` replaces an
+        open one: it was made for settings that may have changed since."""
+        dialog = getattr(self, name)
+        if dialog is not None and fresh:
+            dialog.close()  # its children (a TensorFlow process) end with it
+            dialog = None
+        if dialog is None:
+            dialog = make()
+            setattr(self, name, dialog)
+            dialog.finished.connect(lambda _=None, d=dialog: self._forget_dialog(name, d))
+        dialog.show()
+        dialog.raise_()
+        return dialog
+
+    def _forget_dialog(self, name: str, dialog: QDialog) -> None:
+        if getattr(self, name) is dialog:
+            setattr(self, name, None)
+        dialog.deleteLater()
+
+    def _forward_inventory(self, inventory: GpuInventory) -> None:
+        for dialog in (self.about_dialog, self.doctor_dialog):
+            if dialog is not None:
+                dialog.set_inventory(inventory)
