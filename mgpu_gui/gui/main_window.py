@@ -10,9 +10,11 @@ The run history (the store) is opened here and shared with the run controller
 that an earlier session did not see end are found in the background and offered
 for a resume; when the store cannot be opened, the app trains without a history.
 
-Help holds "Check my setup…" (the doctor) and About; both ask TensorFlow in a
-child process and open at once. The window follows the system's light or dark
-scheme (`theme.follow_system_scheme`).
+The Queue tab (queue_panel.py) queues runs for a queue runner process and
+feeds the GPU panel the devices live runs hold; Train on a held GPU offers the
+queue. The tool dialogs (About, Check my setup, scaling test, batch finder,
+Train across machines) live in tool_dialogs.py. The window follows the system's
+light or dark scheme (`theme.follow_system_scheme`).
 """
 
 from __future__ import annotations
