@@ -364,3 +364,47 @@ def test_cancelling_a_started_job_stops_its_run_resumably(fake_four, tiny_data, 
     wait_for(lambda: store.get(run_id).status is RunState.STOPPED, 60, "the run to stop")
     assert 1 <= store.get(run_id).epochs_done < 50
     assert queue.describe(queue.get(1)) == f"run {run_id} stopped"
+
+
+def test_the_curves_of_a_run_another_process_supervises_follow_it_live(qtbot, tmp_path):
+    """A queued job's run reports to the queue runner; the window follows it in the store."""
+    from mgpu_gui.core.events import BatchEnd, EpochEnd, RunFinished, RunStarted, RunStatus
+    from mgpu_gui.gui.main_window import MainWindow
+    from mgpu_gui.gui.telemetry_source import TelemetrySource
+
+    win = MainWindow(telemetry=TelemetrySource(inventory=NO_GPU))
+    qtbot.addWidget(win)
+    run = prepare_run(RunConfig(output_dir=str(tmp_path / "runs"), epochs=3), NO_GPU, win.store)
+    recorder = RunStore().recorder(run.run_id)  # as the other process's supervisor records
+    clock = iter(range(1, 1000))
+
+    def batches(epoch: int) -> list:
+        return [BatchEnd(epoch=epoch, batch=b, steps=4, metrics={"loss": 1.0 / (epoch + b + 1)},
+                         samples_per_s=100.0, t=float(next(clock))) for b in range(4)]
+
+    def record(events: list) -> None:
+        for event in events:
+            recorder.handle(event)
+        recorder.flush()
+
+    try:
+        record([RunStarted(run_dir=str(run.run_dir.path), device_kind="cpu", devices=[],
+                           device_names=[], num_replicas=2, batch_per_replica=32,
+                           global_batch=64, train_samples=256, val_samples=0, test_samples=0,
+                           steps_per_epoch=4, dropped_per_epoch=0, epochs=3, initial_epoch=0,
+                           model_name="m", params=1, cross_device_ops="", tf_version="",
+                           keras_version="", summary="", t=0.5), *batches(0)])
+        win.show_run_curves(run.run_id)
+        assert win.follower.following
+        assert len(win.curves.series("loss")[1]) == 4
+        record([EpochEnd(epoch=0, epochs=3, metrics={"loss": 0.5}, samples_per_s=100.0,
+                         duration_s=1.0, t=float(next(clock))), *batches(1)])
+        qtbot.waitUntil(lambda: len(win.curves.series("loss")[1]) == 8, timeout=5_000)
+        assert "1 of 3 epochs" in win.progress.status_label.text()
+        record([RunFinished(status=RunStatus.STOPPED, epochs_done=1, message="",
+                            t=float(next(clock)))])
+        qtbot.waitUntil(lambda: not win.follower.following, timeout=5_000)
+    finally:
+        recorder.close()
+        run.release()
+        win.close()

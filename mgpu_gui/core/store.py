@@ -190,13 +190,19 @@ class RunStore:
 
     # -- series -------------------------------------------------------------------------------
 
-    def series_events(self, run_id: int, *, batches: bool = True) -> list[Event]:
-        """A stored run's curves as the events that drew them, in order, for the plots."""
+    def series_events(self, run_id: int, *, batches: bool = True,
+                      after: float | None = None) -> list[Event]:
+        """A stored run's curves as the events that drew them, in order, for the plots.
+
+        `after`: only rows of events later than this time, to follow a live run (its
+        recorder commits rows in time order, so none older can appear later)."""
+        since = "" if after is None else " AND t > ?"
+        params = (run_id,) if after is None else (run_id, after)
         batch_rows = self._db.execute(
-            "SELECT * FROM batches WHERE run_id = ? ORDER BY epoch, batch",
-            (run_id,)).fetchall() if batches else []
+            f"SELECT * FROM batches WHERE run_id = ?{since} ORDER BY epoch, batch",
+            params).fetchall() if batches else []
         epochs = self._db.execute(
-            "SELECT * FROM epochs WHERE run_id = ? ORDER BY epoch", (run_id,)).fetchall()
+            f"SELECT * FROM epochs WHERE run_id = ?{since} ORDER BY epoch", params).fetchall()
         events: list[tuple[int, int, Event]] = []
         for row in batch_rows:
             events.append((row["epoch"], row["batch"], BatchEnd(

@@ -54,6 +54,7 @@ from mgpu_gui.gui.progress_panel import ProgressPanel, status_text
 from mgpu_gui.gui.queue_panel import QueuePanel, confirm_busy_gpus, offer_queue
 from mgpu_gui.gui.resume_offer import ResumeOffer, StoreReconciler
 from mgpu_gui.gui.run_controller import RunController, RunState
+from mgpu_gui.gui.run_follower import RunFollower, last_time
 from mgpu_gui.gui.run_setup import RunSetupPanel
 from mgpu_gui.gui.runs_panel import RunsPanel
 from mgpu_gui.gui.runs_table import STATUS_TEXT, best_text, short_name
@@ -90,6 +91,8 @@ class MainWindow(ToolDialogs, QMainWindow):
         self.queue_panel = QueuePanel(self.store, self.telemetry.inventory)
         self.log.addTab(self.queue_panel, "Queue")
         self.cluster_panel = ClusterPanel()  # a tab once a multi-worker run reports
+        # Live curves of a run another process supervises (a queued job, a terminal).
+        self.follower = RunFollower(self.store, self) if self.store is not None else None
         self.resume_offer = ResumeOffer()
         self.reconciler = (StoreReconciler(self.store.path, self)
                            if self.store is not None else None)
@@ -231,6 +234,10 @@ class MainWindow(ToolDialogs, QMainWindow):
         self.runs_panel.runs_deleted.connect(self._runs_deleted)
         self.runs_panel.refreshed.connect(self._check_stale_runs)
         self.resume_offer.resume_requested.connect(self.resume_run)
+        if self.follower is not None:
+            self.follower.events.connect(self._followed_events)
+            self.follower.updated.connect(self._show_run_note)
+            self.follower.ended.connect(lambda record: self.curves.stop_updates())
         self.resume_offer.show_runs_requested.connect(self.show_runs)
         if self.reconciler is not None:
             self.reconciler.done.connect(self._interrupted_found)
@@ -284,6 +291,7 @@ class MainWindow(ToolDialogs, QMainWindow):
             self.runs_panel.refresh()
 
     def _run_started(self, run: PreparedRun) -> None:
+        self._stop_following()
         if run.resumed:
             self._continue_curves(run)
         else:
@@ -382,6 +390,7 @@ class MainWindow(ToolDialogs, QMainWindow):
         """A stored run's curves in the plots (not while a run trains: they are its)."""
         if self.controller.is_running() or self.store is None:
             return
+        self._stop_following()
         try:
             record = self.store.get(run_id)
             events = self.store.series_events(run_id)
@@ -390,12 +399,27 @@ class MainWindow(ToolDialogs, QMainWindow):
             return
         self.curves.load_events(events)
         self.progress.reset()
-        self.progress.show_note(
-            f"Run {short_name(record)}: {STATUS_TEXT[record.status][0].lower()}, "
-            f"{record.epochs_done} of {record.epochs} epochs, best {best_text(record)}")
+        self._show_run_note(record)
+        if (self.follower is not None and record.status is StoreState.RUNNING
+                and is_live(record.run_dir)):  # its curves go on as it trains
+            self.follower.follow(run_id, last_time(events))
         if record.folder_exists:
             self.last_run = RunDir(record.run_dir)  # Export exports the run shown
         self._update_actions()
+
+    def _show_run_note(self, record: RunRecord) -> None:
+        self.progress.show_note(
+            f"Run {short_name(record)}: {STATUS_TEXT[record.status][0].lower()}, "
+            f"{record.epochs_done} of {record.epochs} epochs, best {best_text(record)}")
+
+    def _followed_events(self, events: list[Event]) -> None:
+        for event in events:
+            self.curves.handle_event(event)
+
+    def _stop_following(self) -> None:
+        if self.follower is not None and self.follower.following:
+            self.follower.stop()
+            self.curves.stop_updates()
 
     def _interrupted_found(self, records: list[RunRecord]) -> None:
         self.runs_panel.refresh()
@@ -518,6 +542,7 @@ class MainWindow(ToolDialogs, QMainWindow):
             return
         self._save_settings()
         self.telemetry.stop()
+        self._stop_following()
         self.curves.shutdown()
         self.run_setup.shutdown()
         self.exporter.cancel()
