@@ -11,15 +11,19 @@
    (`sys.frozen`, `sys.executable` = the bundle's `mgpu-gui`, `mgpu_gui` imported
    from inside the bundle), so no Python install took part.
 3. `mgpu-train runs` lists the run as completed (the run store works frozen).
-4. The GUI starts (offscreen Qt) and is still up after a few seconds.
+4. `mgpu-train queue add` runs a job through the frozen queue runner (a detached
+   process of its own), whose worker must be its child.
+5. The GUI starts (offscreen Qt) and is still up after a few seconds.
 
 Prints what it checked with timings; exits non-zero at the first failure.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -28,6 +32,7 @@ from pathlib import Path
 
 EPOCH_TIMEOUT_S = 300
 GUI_UP_S = 8.0
+QUEUE_RUN_S = 180
 
 
 class SmokeFailure(Exception):
@@ -120,6 +125,35 @@ def check_run_store(bundle: Path, work: Path, run_dir: Path) -> None:
           f"the run store does not list the run as completed: {runs}")
 
 
+def check_queue(bundle: Path, work: Path) -> None:
+    """A queued job runs through the frozen queue runner, a session of its own."""
+    trace = work / "trace-queue.jsonl"
+    env = bare_env(work, trace)
+    train = str(bundle / "mgpu-train")
+    added = subprocess.run([train, "queue", "add", "--epochs", "1", "--cpu", "--replicas", "1",
+                            "--name", "queued", "-o", str(work / "queued"), "--json"],
+                           cwd=work, env=env, text=True, capture_output=True, timeout=60)
+    check(added.returncode == 0, f"mgpu-train queue add failed:\n{added.stderr[-2000:]}")
+    job = json.loads(added.stdout)["id"]
+    deadline = time.monotonic() + QUEUE_RUN_S
+    status = ""
+    while time.monotonic() < deadline:
+        listed = subprocess.run([train, "queue", "list", "--all", "--json"], cwd=work, env=env,
+                                text=True, capture_output=True, timeout=60)
+        status = next((j["status"] for j in json.loads(listed.stdout) if j["id"] == job), "")
+        if status.endswith("completed") or "failed" in status:
+            break
+        time.sleep(1)
+    check(status.endswith("completed"), f"the queued job did not complete: {status!r}")
+    records = traced(trace)
+    runners = [r for r in records if r["job"] == "mgpu_gui.queue_runner"]
+    workers = [r for r in records if r["job"] == "mgpu_gui.worker"]
+    check(len(runners) == 1 and [w["ppid"] for w in workers] == [runners[0]["pid"]],
+          f"expected the frozen queue runner and its worker in the trace: {records}")
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(runners[0]["pid"], signal.SIGTERM)  # else it exits when idle
+
+
 def check_gui(bundle: Path, work: Path) -> None:
     log = work / "gui.log"
     with open(log, "w") as output:
@@ -153,6 +187,7 @@ def main(argv: list[str]) -> int:
         ("one CPU epoch of the demo through the frozen worker",
          lambda work: run_dir.append(check_training(bundle, work))),
         ("the run store", lambda work: check_run_store(bundle, work, run_dir[0])),
+        ("a queued job through the frozen queue runner", lambda work: check_queue(bundle, work)),
         ("the GUI starts", lambda work: check_gui(bundle, work)),
     ]
     total = time.monotonic()
