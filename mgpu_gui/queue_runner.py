@@ -25,7 +25,7 @@ from mgpu_gui.core import claims
 from mgpu_gui.core.devices import GpuInventory, query_inventory
 from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.jobqueue import JobQueue, QueuedJob, runner_lock_path, schedule
-from mgpu_gui.core.store import RunStore
+from mgpu_gui.core.store import RunState, RunStore
 from mgpu_gui.core.supervisor import WorkerProcess, prepare_run
 
 POLL_S = 1.0
@@ -50,6 +50,8 @@ class QueueRunner:
 
     def run(self) -> None:
         self.store.reconcile()  # runs an earlier runner left behind are interrupted
+        for job in self.queue.fail_unfinished_starts():
+            log.info("job %d: an earlier runner died while starting it", job.id)
         idle_since = time.monotonic()
         while not self.stopping.wait(POLL_S if self.workers or self.queue.waiting() else 0.2):
             self._forget_finished()
@@ -85,10 +87,11 @@ class QueueRunner:
                 self._start(job, decision.inventory)
 
     def _start(self, job: QueuedJob, inventory: GpuInventory | None) -> None:
+        self.queue.mark_starting(job.id)
         try:
             run = prepare_run(job.config, inventory, self.store, allow_busy=job.allow_busy)
         except claims.DevicesBusyError as busy:  # another app instance was quicker
-            self.queue.set_waiting_for(job.id, busy.reason)
+            self.queue.mark_waiting(job.id, busy.reason)
             return
         except UserError as error:  # its files or the disk changed since it was queued
             self.queue.mark_failed(job.id, str(error))
@@ -97,7 +100,14 @@ class QueueRunner:
         assert run.run_id is not None
         self.queue.mark_started(job.id, run.run_id)
         worker = WorkerProcess(run, store=self.store)
-        worker.start()
+        try:
+            worker.start()
+        except Exception as error:  # no process could be made: the runner serves on
+            run.release()
+            self.store.set_status(run.run_id, RunState.FAILED,
+                                  f"The training process could not start: {error}")
+            log.info("job %d: its training process could not start: %s", job.id, error)
+            return
         log.info("job %d started as run %d in %s on %s", job.id, run.run_id, run.run_dir.path,
                  ", ".join(run.plan.names))
         thread = threading.Thread(target=self._supervise, args=(job.id, worker),

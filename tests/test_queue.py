@@ -408,3 +408,14 @@ def test_the_curves_of_a_run_another_process_supervises_follow_it_live(qtbot, tm
         recorder.close()
         run.release()
         win.close()
+
+
+def test_a_job_an_earlier_runner_died_starting_fails_instead_of_training_twice(tmp_path):
+    queue = JobQueue(RunStore())
+    job = queue.add(RunConfig(output_dir=str(tmp_path)), NO_GPU)
+    other = queue.add(RunConfig(output_dir=str(tmp_path)), NO_GPU)
+    queue.mark_starting(job.id)  # ... and the runner was killed here
+    assert [j.id for j in queue.fail_unfinished_starts()] == [job.id]
+    stuck = queue.get(job.id)
+    assert stuck.state is JobState.FAILED and "may be in the Runs tab" in stuck.message
+    assert queue.get(other.id).state is JobState.QUEUED

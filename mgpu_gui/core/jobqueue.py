@@ -39,6 +39,7 @@ RUNNER_LOG_SUFFIX = ".runner.log"
 
 class JobState(StrEnum):
     QUEUED = "queued"  # waiting for its devices
+    STARTING = "starting"  # the runner is creating its run (milliseconds)
     STARTED = "started"  # its run exists; the run's status says the rest
     CANCELLED = "cancelled"  # taken off the queue before it started
     FAILED = "failed"  # could not start (its settings or files were wrong by then)
@@ -115,7 +116,8 @@ class JobQueue:
         """Waiting jobs and those whose run still runs, oldest first (with `finished`,
         every job: cancelled, failed to start, and started ones whose run ended)."""
         where = "" if finished else (
-            "WHERE q.state = 'queued' OR (q.state = 'started' AND r.status = 'running')")
+            "WHERE q.state IN ('queued', 'starting') "
+            "OR (q.state = 'started' AND r.status = 'running')")
         rows = self._database.db.execute(
             f"SELECT q.* FROM queue q LEFT JOIN runs r ON r.id = q.run_id {where} "
             f"ORDER BY q.id").fetchall()
@@ -147,6 +149,23 @@ class JobQueue:
         raise UserError(f"Job {job_id} ({job.name}) is {self.describe(job)}; there is nothing "
                         f"to cancel.")
 
+    def mark_starting(self, job_id: int) -> None:
+        self._update("UPDATE queue SET state = ? WHERE id = ?",
+                     (JobState.STARTING.value, job_id))
+
+    def fail_unfinished_starts(self) -> list[QueuedJob]:
+        """For a runner starting up: jobs an earlier runner died while starting.
+
+        Their run may or may not exist; starting them again could train them twice,
+        so they fail with a message that says where to look.
+        """
+        stuck = [job for job in self.jobs() if job.state is JobState.STARTING]
+        for job in stuck:
+            self.mark_failed(job.id, "The queue runner stopped while starting this job. Its "
+                             "run may be in the Runs tab (look for its name); if it is not, "
+                             "queue it again.")
+        return stuck
+
     def mark_started(self, job_id: int, run_id: int) -> None:
         self._update("UPDATE queue SET state = ?, run_id = ?, started = ?, message = '' "
                      "WHERE id = ?", (JobState.STARTED.value, run_id, time.time(), job_id))
@@ -154,6 +173,11 @@ class JobQueue:
     def mark_failed(self, job_id: int, message: str) -> None:
         self._update("UPDATE queue SET state = ?, message = ? WHERE id = ?",
                      (JobState.FAILED.value, message, job_id))
+
+    def mark_waiting(self, job_id: int, message: str) -> None:
+        """Back in the queue: it could not start after all (another app took a device)."""
+        self._update("UPDATE queue SET state = ?, message = ? WHERE id = ?",
+                     (JobState.QUEUED.value, message, job_id))
 
     def set_waiting_for(self, job_id: int, message: str) -> None:
         self._update("UPDATE queue SET message = ? WHERE id = ? AND message != ?",
