@@ -16,14 +16,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 from PySide6.QtGui import QCloseEvent
-from PySide6.QtWidgets import (
-    QAbstractItemView,
-    QDialog,
-    QHeaderView,
-    QSpinBox,
-    QTableWidget,
-    QWidget,
-)
+from PySide6.QtWidgets import QDialog, QSpinBox, QWidget
 
 from mgpu_gui.core.config import DEMO
 from mgpu_gui.core.errors import UserError
@@ -159,9 +152,6 @@ class JobDialog(QDialog):
         super().reject()
 
 
-__all__ = ["BackgroundJob", "JobDialog"]
-
-
 # -- widgets both job dialogs build the same way -----------------------------------------
 def spin_box(low: int, high: int, value: int, name: str, tip: str) -> QSpinBox:
     spin = QSpinBox()
@@ -170,20 +160,6 @@ def spin_box(low: int, high: int, value: int, name: str, tip: str) -> QSpinBox:
     spin.setAccessibleName(name)
     spin.setToolTip(tip)
     return spin
-
-
-def figures_table(columns: list[str] | tuple[str, ...], name: str) -> QTableWidget:
-    """A read-only table of one row per measurement, filled as they finish."""
-    table = QTableWidget(0, len(columns))
-    table.setAccessibleName(name)
-    table.setHorizontalHeaderLabels(list(columns))
-    table.verticalHeader().setVisible(False)
-    table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-    table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-    header = table.horizontalHeader()
-    header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-    header.setStretchLastSection(True)
-    return table
 
 
 def source_name(source: str) -> str:

@@ -43,10 +43,10 @@ from mgpu_gui.gui.background_job import (
     BackgroundJob,
     JobDialog,
     error_html,
-    figures_table,
     source_name,
     spin_box,
 )
+from mgpu_gui.gui.tables import read_only_table
 
 COLUMNS = ("Batch per device", "Peak memory", "Time", "Result")
 PHASES = {"starting": "starting TensorFlow", "building": "building the model and data",
@@ -148,7 +148,7 @@ class BatchFinderDialog(JobDialog):
         self.status.setAccessibleName("Batch search status")
         self.status.setWordWrap(True)
 
-        self.table = figures_table(COLUMNS, "Batches tried")
+        self.table = read_only_table(COLUMNS, "Batches tried")
         self.result = QLabel("Run the search to find the largest batch that fits.")
         self.result.setAccessibleName("Batch search result")
         self.result.setWordWrap(True)

@@ -8,16 +8,14 @@ protocol of our own: what the chief's TensorFlow knows is all it shows.
 from __future__ import annotations
 
 from PySide6.QtWidgets import (
-    QAbstractItemView,
-    QHeaderView,
     QLabel,
-    QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
     QWidget,
 )
 
 from mgpu_gui.core.events import ClusterFormed, Event, RunFailed, RunFinished, RunStarted
+from mgpu_gui.gui.tables import read_only_table
 
 COLUMNS = ("Worker", "Address", "Host", "Devices", "State")
 
@@ -28,14 +26,7 @@ class ClusterPanel(QWidget):
         self.setAccessibleName("Cluster")
         self.summary = QLabel("No multi-worker run yet.", self, wordWrap=True)
         self.summary.setAccessibleName("Cluster summary")
-        self.table = QTableWidget(0, len(COLUMNS), self)
-        self.table.setAccessibleName("Cluster workers")
-        self.table.setHorizontalHeaderLabels(COLUMNS)
-        self.table.verticalHeader().hide()
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setStretchLastSection(True)
+        self.table = read_only_table(COLUMNS, "Cluster workers")
         layout = QVBoxLayout(self)
         layout.setContentsMargins(2, 2, 2, 2)
         layout.addWidget(self.summary)

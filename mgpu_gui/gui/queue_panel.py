@@ -12,13 +12,10 @@ import time
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QMessageBox,
     QPushButton,
-    QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
     QWidget,
@@ -37,6 +34,7 @@ from mgpu_gui.core.jobqueue import (
     runner_pid,
 )
 from mgpu_gui.core.store import RunStore
+from mgpu_gui.gui.tables import read_only_table
 
 REFRESH_MS = 2_000  # claims and job states change when runs start and end elsewhere
 COLUMNS = ("Job", "Name", "Queued", "What", "State")
@@ -81,15 +79,7 @@ class QueuePanel(QWidget):
         self.jobs: list[QueuedJob] = []
         self._claims: dict[int, claims.DeviceUse] = {}
 
-        self.table = QTableWidget(0, len(COLUMNS), self)
-        self.table.setAccessibleName("Queued jobs")
-        self.table.setHorizontalHeaderLabels(COLUMNS)
-        self.table.verticalHeader().hide()
-        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        header = self.table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setStretchLastSection(True)
+        self.table = read_only_table(COLUMNS, "Queued jobs")
         self.note = QLabel(self, wordWrap=True)
         self.note.setAccessibleName("Queue state")
         self.note.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)

@@ -44,9 +44,10 @@ from mgpu_gui.core.scaling import (
     recommend,
     write_csv,
 )
-from mgpu_gui.gui.background_job import JobDialog, error_html, figures_table, source_name, spin_box
+from mgpu_gui.gui.background_job import JobDialog, error_html, source_name, spin_box
 from mgpu_gui.gui.scaling_controller import ScalingController
 from mgpu_gui.gui.scaling_plot import ScalingPlot, render_png
+from mgpu_gui.gui.tables import read_only_table
 
 COLUMNS = ("Devices", "Global batch", "Per device", "Samples/s", "Speed-up", "Efficiency",
            "Step median", "Step p10–p90", "Status")
@@ -153,7 +154,7 @@ class ScalingDialog(JobDialog):
         run_row.addWidget(self.progress_bar, 1)
 
         self.plot = ScalingPlot()
-        self.table = figures_table(COLUMNS, "Scaling figures per device count")
+        self.table = read_only_table(COLUMNS, "Scaling figures per device count")
         self.recommendation = QLabel("Run the test to get a recommendation.")
         self.recommendation.setAccessibleName("Recommendation")
         self.recommendation.setWordWrap(True)
