@@ -10,13 +10,22 @@ its running process, so the thread ends within moments.
 from __future__ import annotations
 
 import html
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 from PySide6.QtGui import QCloseEvent
-from PySide6.QtWidgets import QDialog, QSpinBox, QWidget
+from PySide6.QtWidgets import (
+    QDialog,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QWidget,
+)
 
 from mgpu_gui.core.config import DEMO
 from mgpu_gui.core.errors import UserError
@@ -131,6 +140,41 @@ class JobDialog(QDialog):
         controller.failed.connect(self._on_failed)
         controller.finished.connect(self._on_finished)
 
+    CANCELLING = "Cancelling: the running process is being stopped…"  # the status meanwhile
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def cancel(self) -> None:
+        if self.controller.is_running():
+            self.status.setText(self.CANCELLING)
+            self.controller.cancel()
+
+    def is_running(self) -> bool:
+        return self.controller.is_running()
+
+    def _run_row(self, start: str, start_name: str, start_tip: str, cancel: str,
+                 cancel_name: str, cancel_tip: str, progress_name: str) -> QHBoxLayout:
+        """Start and Cancel buttons and a progress bar, as `start_button`, `cancel_button`
+        and `progress_bar` (its range is the subclass's)."""
+        self.start_button = QPushButton(start)
+        self.start_button.setAccessibleName(start_name)
+        self.start_button.setToolTip(start_tip)
+        self.start_button.setDefault(True)
+        self.start_button.clicked.connect(self.start)
+        self.cancel_button = QPushButton(cancel)
+        self.cancel_button.setAccessibleName(cancel_name)
+        self.cancel_button.setToolTip(cancel_tip)
+        self.cancel_button.clicked.connect(self.cancel)
+        self.progress_bar = QProgressBar()
+        self.progress_bar.setAccessibleName(progress_name)
+        self.progress_bar.setTextVisible(False)
+        row = QHBoxLayout()
+        row.addWidget(self.start_button)
+        row.addWidget(self.cancel_button)
+        row.addWidget(self.progress_bar, 1)
+        return row
+
     def _on_progress(self, progress: Any) -> None:
         raise NotImplementedError
 
@@ -160,6 +204,20 @@ def spin_box(low: int, high: int, value: int, name: str, tip: str) -> QSpinBox:
     spin.setAccessibleName(name)
     spin.setToolTip(tip)
     return spin
+
+
+def labelled_grid(grid: QGridLayout, rows: Sequence[Sequence[tuple[str, QWidget]]],
+                  first_row: int = 0) -> None:
+    """(label text, widget) pairs, several to a grid row; each label is its widget's buddy
+    (its & key focuses the widget), and the widget columns share the spare width."""
+    for r, row in enumerate(rows, start=first_row):
+        for c, (text, widget) in enumerate(row):
+            label = QLabel(text)
+            label.setBuddy(widget)
+            grid.addWidget(label, r, 2 * c)
+            grid.addWidget(widget, r, 2 * c + 1)
+    for c in range(max(len(row) for row in rows)):
+        grid.setColumnStretch(2 * c + 1, 1)
 
 
 def source_name(source: str) -> str:

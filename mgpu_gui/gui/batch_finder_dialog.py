@@ -17,7 +17,6 @@ from PySide6.QtWidgets import (
     QGroupBox,
     QHBoxLayout,
     QLabel,
-    QProgressBar,
     QPushButton,
     QTableWidgetItem,
     QVBoxLayout,
@@ -43,6 +42,7 @@ from mgpu_gui.gui.background_job import (
     BackgroundJob,
     JobDialog,
     error_html,
+    labelled_grid,
     source_name,
     spin_box,
 )
@@ -65,6 +65,7 @@ class BatchFinderDialog(JobDialog):
     """Find the largest batch per GPU that fits for the run setup's model and data."""
 
     use_batch = Signal(int)  # the batch per GPU the user chose to use
+    CANCELLING = "Cancelling: the running probe's process is being stopped…"
 
     def __init__(self, parent: QWidget | None = None, config: RunConfig | None = None, *,
                  finder_factory=BatchFinder):
@@ -114,36 +115,17 @@ class BatchFinderDialog(JobDialog):
         grid = QGridLayout(settings)
         grid.addWidget(QLabel("Run"), 0, 0)
         grid.addWidget(what, 0, 1, 1, 3)
-        rows = [(("&Memory cap", self.cap_spin), ("&Largest batch", self.max_spin)),
-                (("&First batch", self.start_spin), ("Safety ma&rgin", self.margin_spin)),
-                (("&Tolerance", self.tolerance_spin),)]
-        for r, row in enumerate(rows, start=1):
-            for c, (text, widget) in enumerate(row):
-                label = QLabel(text)
-                label.setBuddy(widget)
-                grid.addWidget(label, r, 2 * c)
-                grid.addWidget(widget, r, 2 * c + 1)
-        grid.setColumnStretch(1, 1)
-        grid.setColumnStretch(3, 1)
+        labelled_grid(grid, [
+            (("&Memory cap", self.cap_spin), ("&Largest batch", self.max_spin)),
+            (("&First batch", self.start_spin), ("Safety ma&rgin", self.margin_spin)),
+            (("&Tolerance", self.tolerance_spin),)], first_row=1)
 
-        self.start_button = QPushButton("&Find batch size")
-        self.start_button.setAccessibleName("Find batch size")
-        self.start_button.setToolTip("Try growing batches, each in its own short-lived worker "
-                                     "process on one device")
-        self.start_button.setDefault(True)
-        self.start_button.clicked.connect(self.start)
-        self.cancel_button = QPushButton("Cancel search")
-        self.cancel_button.setAccessibleName("Cancel batch search")
-        self.cancel_button.setToolTip("Stop now: the running probe's process is killed")
-        self.cancel_button.clicked.connect(self.cancel)
-        self.progress_bar = QProgressBar()
-        self.progress_bar.setAccessibleName("Batch search progress")
-        self.progress_bar.setTextVisible(False)
+        run_row = self._run_row(
+            "&Find batch size", "Find batch size",
+            "Try growing batches, each in its own short-lived worker process on one device",
+            "Cancel search", "Cancel batch search",
+            "Stop now: the running probe's process is killed", "Batch search progress")
         self.progress_bar.setRange(0, 1)
-        run_row = QHBoxLayout()
-        run_row.addWidget(self.start_button)
-        run_row.addWidget(self.cancel_button)
-        run_row.addWidget(self.progress_bar, 1)
         self.status = QLabel("Ready. Each probe starts TensorFlow afresh: a few seconds each.")
         self.status.setAccessibleName("Batch search status")
         self.status.setWordWrap(True)
@@ -189,14 +171,6 @@ class BatchFinderDialog(JobDialog):
         self.status.setText("Checking the model and data…")
         self._set_running(True)
         self.controller.start(self.request())
-
-    def cancel(self) -> None:
-        if self.controller.is_running():
-            self.status.setText("Cancelling: the running probe's process is being stopped…")
-            self.controller.cancel()
-
-    def is_running(self) -> bool:
-        return self.controller.is_running()
 
     def _set_running(self, running: bool) -> None:
         self.start_button.setEnabled(not running)
@@ -264,10 +238,6 @@ class BatchFinderDialog(JobDialog):
         super().accept()
 
 
-
-
-
-
 def _devices_text(config: RunConfig) -> str:
     selection = config.devices
     if selection.gpus:
@@ -275,4 +245,3 @@ def _devices_text(config: RunConfig) -> str:
     if selection.kind is DeviceKind.CPU:
         return f"{selection.replicas or DEFAULT_CPU_REPLICAS} CPU replicas (probed on one)"
     return "all GPUs, or CPU replicas without one (probed on one device)"
-

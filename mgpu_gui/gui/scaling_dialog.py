@@ -21,7 +21,6 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
-    QProgressBar,
     QPushButton,
     QSplitter,
     QTableWidgetItem,
@@ -44,7 +43,13 @@ from mgpu_gui.core.scaling import (
     recommend,
     write_csv,
 )
-from mgpu_gui.gui.background_job import JobDialog, error_html, source_name, spin_box
+from mgpu_gui.gui.background_job import (
+    JobDialog,
+    error_html,
+    labelled_grid,
+    source_name,
+    spin_box,
+)
 from mgpu_gui.gui.scaling_controller import ScalingController
 from mgpu_gui.gui.scaling_plot import ScalingPlot, render_png
 from mgpu_gui.gui.tables import read_only_table
@@ -61,6 +66,8 @@ class ScalingDialog(JobDialog):
     `config` is the run the main window would start (model, data, devices,
     batch per device); the test measures that run on 1, 2, ... N devices.
     """
+
+    CANCELLING = "Cancelling: the running count's process is being stopped…"
 
     def __init__(self, parent: QWidget | None = None, config: RunConfig | None = None, *,
                  runner_factory=ScaleRunner):
@@ -113,45 +120,25 @@ class ScalingDialog(JobDialog):
 
         settings = QGroupBox("What to measure")
         grid = QGridLayout(settings)
-        rows = [
+        labelled_grid(grid, [
             (("Model and data", what), ("&Devices, up to", self.max_spin),
              ("&Counts", self.counts_edit)),
             (("&Scaling", self.mode_combo), ("&Batch per device", self.batch_spin),
              ("&Global batch", self.global_spin)),
             (("&Timed steps", self.steps_spin), ("&Warm-up steps", self.warmup_spin),
              ("Efficiency t&hreshold", self.threshold_spin)),
-        ]
-        for r, row in enumerate(rows):
-            for c, (text, widget) in enumerate(row):
-                label = QLabel(text)
-                label.setBuddy(widget)
-                grid.addWidget(label, r, 2 * c)
-                grid.addWidget(widget, r, 2 * c + 1)
-        for c in (1, 3, 5):
-            grid.setColumnStretch(c, 1)
+        ])
         self._on_mode()
 
-        self.start_button = QPushButton("&Run scaling test")
-        self.start_button.setAccessibleName("Run scaling test")
-        self.start_button.setToolTip("Time each count in its own worker process, one after "
-                                     "the other")
-        self.start_button.setDefault(True)
-        self.start_button.clicked.connect(self.start)
-        self.cancel_button = QPushButton("Cancel test")
-        self.cancel_button.setAccessibleName("Cancel scaling test")
-        self.cancel_button.setToolTip("Stop now: the running count's process is killed")
-        self.cancel_button.clicked.connect(self.cancel)
-        self.progress_bar = QProgressBar()
-        self.progress_bar.setAccessibleName("Scaling test progress")
+        run_row = self._run_row(
+            "&Run scaling test", "Run scaling test",
+            "Time each count in its own worker process, one after the other",
+            "Cancel test", "Cancel scaling test",
+            "Stop now: the running count's process is killed", "Scaling test progress")
         self.progress_bar.setRange(0, 1000)
-        self.progress_bar.setTextVisible(False)
         self.status = QLabel("Ready.")
         self.status.setAccessibleName("Scaling test status")
         self.status.setWordWrap(True)
-        run_row = QHBoxLayout()
-        run_row.addWidget(self.start_button)
-        run_row.addWidget(self.cancel_button)
-        run_row.addWidget(self.progress_bar, 1)
 
         self.plot = ScalingPlot()
         self.table = read_only_table(COLUMNS, "Scaling figures per device count")
@@ -227,14 +214,6 @@ class ScalingDialog(JobDialog):
         self.status.setText("Planning the counts…")
         self._set_running(True)
         self.controller.start(request)
-
-    def cancel(self) -> None:
-        if self.controller.is_running():
-            self.status.setText("Cancelling: the running count's process is being stopped…")
-            self.controller.cancel()
-
-    def is_running(self) -> bool:
-        return self.controller.is_running()
 
     def _set_running(self, running: bool) -> None:
         self.start_button.setEnabled(not running)
@@ -359,8 +338,6 @@ class ScalingDialog(JobDialog):
         self.status.setText(f"Wrote {written}")
 
 
-
-
 def _cells(p: ScalePoint) -> list[str]:
     status = p.status.value if not p.message else f"{p.status.value}: {p.message}"
     if not p.ok:
@@ -372,8 +349,6 @@ def _cells(p: ScalePoint) -> list[str]:
             f"{p.samples_per_s:,.0f}", f"{p.speedup:.2f}×", f"{p.efficiency:.0%}",
             f"{p.step_median_s * 1000:.1f} ms",
             f"{p.step_p10_s * 1000:.1f}–{p.step_p90_s * 1000:.1f} ms", status]
-
-
 
 
 def _devices_text(selection: DeviceSelection) -> str:
