@@ -11,7 +11,6 @@ import os
 import signal
 import sqlite3
 import textwrap
-import time
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +26,7 @@ from mgpu_gui.core.jobqueue import JobQueue, JobState, QueuedJob, runner_pid, sc
 from mgpu_gui.core.store import RunState, RunStore
 from mgpu_gui.core.supervisor import prepare_run
 from mgpu_gui.core.telemetry import ProcessInfo
+from tests.helpers.waiting import wait_for
 
 GiB = 2**30
 
@@ -168,14 +168,6 @@ def stop_runner():
     if pid and pid > 0:
         os.kill(pid, signal.SIGTERM)
         wait_for(lambda: runner_pid(store_path) is None, 60, "the queue runner to exit")
-
-
-def wait_for(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.1)
 
 
 def test_adding_asks_before_a_gpu_busy_outside_and_refuses_impossible_devices(fake_four,

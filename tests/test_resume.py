@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +25,7 @@ from mgpu_gui.core.rundir import RunDir
 from mgpu_gui.core.runlock import is_live
 from mgpu_gui.core.store import RunState, RunStore
 from mgpu_gui.core.supervisor import WorkerProcess, prepare_resume, prepare_run
+from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -55,14 +55,6 @@ def config(tmp_path_factory) -> RunConfig:
     return RunConfig(model=str(root / "mlp.py"), data=str(root / "data.npz"), epochs=EPOCHS,
                      batch_per_replica=8, batch_event_interval_s=0.0,
                      devices=DeviceSelection(kind=DeviceKind.CPU, replicas=2))
-
-
-def wait_for(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.1)
 
 
 def finish(worker: WorkerProcess) -> list:
