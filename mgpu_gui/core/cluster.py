@@ -255,21 +255,29 @@ def write_cluster(run_dir: RunDir, spec: ClusterSpec) -> None:
 
 
 def resumable_run(config: RunConfig, spec: ClusterSpec) -> RunDir | None:
-    """The latest run of this cluster and these settings that stopped with epochs done."""
+    """The latest run of this cluster and these settings that stopped with epochs done.
+
+    The settings compare model and data files by content, so they are digested
+    last, and this run's only once: only for folders that pass the cheap checks.
+    """
     root = config.output_path
     if not root.is_dir():
         return None
-    wanted = shared_settings(config, 0)
+    wanted: dict[str, str] | None = None
     for folder in sorted((p for p in root.iterdir() if p.is_dir()), reverse=True):
         run_dir = RunDir(folder)
         try:
             theirs = ClusterSpec.from_json(run_dir.cluster_json.read_text())
+            if not (theirs.same_cluster(spec) and run_dir.backup_epoch() > 0
+                    and run_dir.final_status() not in (RunStatus.COMPLETED,
+                                                       RunStatus.EARLY_STOPPED)
+                    and not is_live(folder)):
+                continue
             settings = shared_settings(run_dir.read_config(), 0)
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if (theirs.same_cluster(spec) and settings == wanted and run_dir.backup_epoch() > 0
-                and run_dir.final_status() not in (RunStatus.COMPLETED, RunStatus.EARLY_STOPPED)
-                and not is_live(folder)):
+        wanted = wanted if wanted is not None else shared_settings(config, 0)
+        if settings == wanted:
             return run_dir
     return None
 

@@ -52,6 +52,7 @@ class ClusterDialog(QDialog):
         self.config_file = config.output_path.absolute() / CONFIG_NAME
         self.spec: ClusterSpec | None = None
         self.resume: RunDir | None = None
+        self._resume_for: tuple[str, ...] | None = None  # the workers `resume` was looked up for
 
         self.workers = QLineEdit(self)
         self.workers.setAccessibleName("Cluster workers")
@@ -120,7 +121,10 @@ class ClusterDialog(QDialog):
         else:
             self.problem.setText("")
             self.commands.setPlainText("\n".join(worker_commands(self.spec, self.config_file)))
-        self.resume = resumable_run(self.config, self.spec) if self.spec is not None else None
+        workers = self.spec.workers if self.spec is not None else None
+        if workers != self._resume_for:  # not again for a timeout or a half-typed address
+            self._resume_for = workers
+            self.resume = resumable_run(self.config, self.spec) if self.spec is not None else None
         if self.resume is not None:
             self.resume_box.setText(f"Resume the unfinished run of this cluster in "
                                     f"{self.resume.path.name} (after epoch "
