@@ -73,9 +73,7 @@ class QueueRunner:
 
     def _start_ready(self, waiting: list[QueuedJob]) -> None:
         inventory = self._inventory_now()
-        live = claims.live_claims(self.store.database)
-        busy = claims.busy_outside(inventory.gpus, live)
-        held = {key: claim.holder for key, claim in live.items()}
+        held, busy = claims.in_use(self.store.database, inventory.gpus)
         for decision in schedule(waiting, inventory, held, busy):
             job = decision.job
             if decision.error:

@@ -90,11 +90,21 @@ def key_name(key: str, gpus: Sequence[GpuInfo]) -> str:
 # -- claims in the store ----------------------------------------------------------------------
 
 
+_LIVE_RUNS = ("SELECT id, name, run_dir, claims FROM runs WHERE status = 'running' "
+              "AND claims != '[]'")  # and their locks held: `_live`
+
+
 def live_claims(database: StoreDatabase) -> dict[str, Claim]:
     """Every device a live run holds."""
-    return _live(database.db.execute(
-        "SELECT id, name, run_dir, claims FROM runs WHERE status = 'running' "
-        "AND claims != '[]'").fetchall())
+    return _live(database.db.execute(_LIVE_RUNS).fetchall())
+
+
+def in_use(database: StoreDatabase, gpus: Sequence[GpuInfo]
+           ) -> tuple[dict[str, str], dict[str, tuple[ProcessInfo, ...]]]:
+    """What stands in the way now, for `plan_free`: who holds each held device, and the
+    GPUs no run holds that run processes outside the app."""
+    held = live_claims(database)
+    return {key: c.holder for key, c in held.items()}, busy_outside(gpus, held)
 
 
 def claim(database: StoreDatabase, run_id: int, plan: DevicePlan,
@@ -107,9 +117,8 @@ def claim(database: StoreDatabase, run_id: int, plan: DevicePlan,
 
     def write() -> None:
         with database.write() as db:
-            held = _live(db.execute(
-                "SELECT id, name, run_dir, claims FROM runs WHERE status = 'running' "
-                "AND claims != '[]' AND id != ?", (run_id,)).fetchall())
+            held = {key: c.holder for key, c in
+                    _live(db.execute(f"{_LIVE_RUNS} AND id != ?", (run_id,)).fetchall()).items()}
             taken = [key for key in keys if key in held]
             if taken:
                 raise DevicesBusyError(_held_text(taken, held, inventory.gpus), QUEUE_ADVICE,
@@ -203,20 +212,16 @@ def plan_free(selection: DeviceSelection, inventory: GpuInventory, held: Mapping
     parts = []
     if in_use:
         parts.append(_held_text(in_use, held, inventory.gpus))
-    outside = {k: v for k, v in blocking.items()}
-    if outside:
-        parts.append(f"{busy_text(outside, inventory.gpus)} (not a run of this app)")
+    if blocking:
+        parts.append(f"{busy_text(blocking, inventory.gpus)} (not a run of this app)")
     advice = QUEUE_ADVICE if in_use else OUTSIDE_ADVICE
     raise DevicesBusyError(f"{reason}: {'; '.join(parts)}.", advice,
                            outside_only=not in_use)
 
 
-def _held_text(keys: Sequence[str], held: Mapping[str, str | Claim],
-               gpus: Sequence[GpuInfo]) -> str:
+def _held_text(keys: Sequence[str], held: Mapping[str, str], gpus: Sequence[GpuInfo]) -> str:
     by_holder: dict[str, list[str]] = {}
     for key in keys:
-        holder = held[key]
-        text = holder.holder if isinstance(holder, Claim) else holder
-        by_holder.setdefault(text, []).append(key_name(key, gpus))
+        by_holder.setdefault(held[key], []).append(key_name(key, gpus))
     return "; ".join(f"{' and '.join(names)} {'is' if len(names) == 1 else 'are'} in use by "
                      f"{holder}" for holder, names in by_holder.items())

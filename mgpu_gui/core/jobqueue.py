@@ -93,7 +93,7 @@ class JobQueue:
         plan_devices(config.devices, inventory)  # DeviceError: impossible on this machine
         if not allow_busy:
             # Runs of the app end by themselves; a process outside it may never.
-            busy = claims.busy_outside(inventory.gpus, claims.live_claims(self._database))
+            _, busy = claims.in_use(self._database, inventory.gpus)
             try:
                 claims.plan_free(config.devices, inventory, {}, busy, allow_busy=False)
             except claims.DevicesBusyError as error:

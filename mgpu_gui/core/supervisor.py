@@ -111,10 +111,8 @@ def _plan(config: RunConfig, inventory: GpuInventory, store: RunStore | None,
     """The devices to use: with a store, only those no other live run holds."""
     if store is None:
         return plan_devices(config.devices, inventory)
-    held = claims.live_claims(store.database)
-    busy = claims.busy_outside(inventory.gpus, held)
-    return claims.plan_free(config.devices, inventory,
-                            {key: c.holder for key, c in held.items()}, busy, allow_busy)
+    held, busy = claims.in_use(store.database, inventory.gpus)
+    return claims.plan_free(config.devices, inventory, held, busy, allow_busy)
 
 
 def prepare_resume(run_folder: Path, inventory: GpuInventory | None = None,
