@@ -577,7 +577,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "inspect": cmd_inspect,
                 "unwrap": cmd_unwrap, "scale": cmd_scale,
                 "find-batch": cmd_find_batch,
-                "queue": lambda a: cmd_queue(a, config_from_args, _open_store),
+                "queue": cmd_queue,
                 "worker": cmd_worker}
     try:
         return handlers[args.command or "train"](args)

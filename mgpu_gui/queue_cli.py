@@ -52,12 +52,14 @@ def add_queue_parser(sub: argparse._SubParsersAction,
     return queue
 
 
-def cmd_queue(args: argparse.Namespace, config_from_args, open_store) -> int:
-    store: RunStore = open_store(args)
+def cmd_queue(args: argparse.Namespace) -> int:
+    from mgpu_gui import cli  # the shared option parsing and store opening; cli imports us
+
+    store: RunStore = cli._open_store(args)
     queue = JobQueue(store)
     command = args.queue_command
     if command == "add":
-        config = config_from_args(args)
+        config = cli.config_from_args(args)
         job = queue.add(config, query_inventory(), allow_busy=args.allow_busy)
         ensure_runner(store.path)
         if args.json:
