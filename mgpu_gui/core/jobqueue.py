@@ -25,7 +25,7 @@ from pathlib import Path
 
 from mgpu_gui.core import claims
 from mgpu_gui.core.config import DeviceKind, RunConfig
-from mgpu_gui.core.device_plan import DevicePlan, plan_devices
+from mgpu_gui.core.device_plan import DevicePlan
 from mgpu_gui.core.devices import GpuInventory
 from mgpu_gui.core.errors import DeviceError, UserError
 from mgpu_gui.core.store import RunState, RunStore
@@ -90,16 +90,15 @@ class JobQueue:
         """
         config.check()
         config = config.replace(output_dir=str(config.output_path.absolute()))
-        plan_devices(config.devices, inventory)  # DeviceError: impossible on this machine
-        if not allow_busy:
-            # Runs of the app end by themselves; a process outside it may never.
-            _, busy = claims.in_use(self._database, inventory.gpus)
-            try:
-                claims.plan_free(config.devices, inventory, {}, busy, allow_busy=False)
-            except claims.DevicesBusyError as error:
-                raise claims.DevicesBusyError(
-                    error.reason, "Queue it only if that process can share the GPU: confirm in "
-                    "the app, or add --allow-busy.", error.keys, outside_only=True) from None
+        # DeviceError: impossible on this machine. Runs of the app are left out (`held`
+        # empty): they end by themselves; a process outside it may never.
+        busy = {} if allow_busy else claims.in_use(self._database, inventory.gpus)[1]
+        try:
+            claims.plan_free(config.devices, inventory, {}, busy, allow_busy)
+        except claims.DevicesBusyError as error:
+            raise claims.DevicesBusyError(
+                error.reason, "Queue it only if that process can share the GPU: confirm in "
+                "the app, or add --allow-busy.", error.keys, outside_only=True) from None
         name = config.run_name or Path(config.model).stem or "run"
 
         def insert() -> int:
