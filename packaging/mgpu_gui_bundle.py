@@ -4,7 +4,7 @@ One executable does three jobs:
 
 - `mgpu-gui --mgpu-module MODULE ARGS...`: a child process the app started
   (worker, model probe, export verifier, CLI export); a bundle has no
-  `python -m`, so `mgpu_gui.launch.module_command` starts the bundle itself.
+  `python -m`, so `mgpu_gui.core.children.launch.module_command` starts the bundle itself.
 - started as `mgpu-train` (a link next to `mgpu-gui` in the bundle folder):
   the headless CLI.
 - otherwise: the desktop app.
@@ -28,12 +28,12 @@ CLI_NAME = "mgpu-train"
 
 
 def _job(argv: list[str]) -> str:
-    from mgpu_gui.launch import MODULE_FLAG
+    from mgpu_gui.core.children.launch import MODULE_FLAG
 
     if len(argv) >= 3 and argv[1] == MODULE_FLAG:
         return argv[2]
     if Path(argv[0]).name == CLI_NAME:
-        return "mgpu_gui.cli"
+        return "mgpu_gui.cli.main"
     return "mgpu_gui.gui.app"
 
 
@@ -51,13 +51,13 @@ def _trace(job: str) -> None:
 
 
 def main() -> int:
-    from mgpu_gui.launch import run_module_from_argv
+    from mgpu_gui.core.children.launch import run_module_from_argv
 
     _trace(_job(sys.argv))
     if run_module_from_argv():
         return 0  # a module that wants another exit status calls sys.exit itself
     if Path(sys.argv[0]).name == CLI_NAME:
-        from mgpu_gui.cli import main as cli_main
+        from mgpu_gui.cli.main import main as cli_main
 
         return cli_main()
     from mgpu_gui.gui.app import main as gui_main

@@ -96,9 +96,9 @@ def check_training(bundle: Path, work: Path) -> Path:
 
     exe = str((bundle / "mgpu-gui").resolve())
     records = traced(trace)
-    cli = [r for r in records if r["job"] == "mgpu_gui.cli"]
-    workers = [r for r in records if r["job"] == "mgpu_gui.worker"]
-    verifiers = [r for r in records if r["job"] == "mgpu_gui.core.export"]
+    cli = [r for r in records if r["job"] == "mgpu_gui.cli.main"]
+    workers = [r for r in records if r["job"] == "mgpu_gui.processes.training_worker"]
+    verifiers = [r for r in records if r["job"] == "mgpu_gui.engine.export"]
     check(len(cli) == 1 and len(workers) == 1 and verifiers,
           f"expected the CLI, one worker and an export verifier in the trace: {records}")
     for record in records:
@@ -108,7 +108,7 @@ def check_training(bundle: Path, work: Path) -> Path:
               f"mgpu_gui imported from outside the bundle: {record}")
     worker = workers[0]
     check(worker["ppid"] == cli[0]["pid"], "the worker is not the CLI's child")
-    check(worker["argv"][:3] == [exe, "--mgpu-module", "mgpu_gui.worker"]
+    check(worker["argv"][:3] == [exe, "--mgpu-module", "mgpu_gui.processes.training_worker"]
           and worker["argv"][3] == str(run_dir),
           f"the worker was not started through the frozen executable: {worker['argv']}")
     check(verifiers[0]["ppid"] == worker["pid"], "the export verifier is not the worker's child")
@@ -146,8 +146,8 @@ def check_queue(bundle: Path, work: Path) -> None:
         time.sleep(1)
     check(status.endswith("completed"), f"the queued job did not complete: {status!r}")
     records = traced(trace)
-    runners = [r for r in records if r["job"] == "mgpu_gui.queue_runner"]
-    workers = [r for r in records if r["job"] == "mgpu_gui.worker"]
+    runners = [r for r in records if r["job"] == "mgpu_gui.processes.queue_runner"]
+    workers = [r for r in records if r["job"] == "mgpu_gui.processes.training_worker"]
     check(len(runners) == 1 and [w["ppid"] for w in workers] == [runners[0]["pid"]],
           f"expected the frozen queue runner and its worker in the trace: {records}")
     with contextlib.suppress(ProcessLookupError):

@@ -25,7 +25,7 @@ def nvml():
 
 @pytest.fixture
 def session(nvml):
-    from mgpu_gui.core.devices import NvmlSession
+    from mgpu_gui.core.devices.nvml import NvmlSession
 
     session = NvmlSession(nvml)
     yield session

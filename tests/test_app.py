@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from PySide6.QtGui import QKeySequence
 
-from mgpu_gui.core.devices import GpuInventory, NvmlState
+from mgpu_gui.core.devices.nvml import GpuInventory, NvmlState
+from mgpu_gui.gui.jobs.telemetry_source import TelemetrySource
 from mgpu_gui.gui.main_window import MainWindow
-from mgpu_gui.gui.telemetry_source import TelemetrySource
 
 NO_GPU = GpuInventory(state=NvmlState.NO_DRIVER, message="No NVIDIA driver found (test).")
 

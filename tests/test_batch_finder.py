@@ -18,8 +18,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mgpu_gui import cli
-from mgpu_gui.core.batch_finder import (
+from mgpu_gui.cli import main as cli
+from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig
+from mgpu_gui.core.devices.nvml import GpuInfo, GpuInventory, NvmlState
+from mgpu_gui.core.errors import ConfigError, UserError
+from mgpu_gui.core.tools.batch_finder import (
+    BatchFinder,
+    BatchRequest,
+    available_memory,
+    plan_search,
+)
+from mgpu_gui.core.tools.batch_search import (
     BatchReport,
     Ended,
     ProbeResult,
@@ -35,15 +44,6 @@ from mgpu_gui.core.batch_finder import (
     recommended_batch,
     search,
 )
-from mgpu_gui.core.batch_probe_runner import (
-    BatchFinder,
-    BatchRequest,
-    available_memory,
-    plan_search,
-)
-from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig
-from mgpu_gui.core.devices import GpuInfo, GpuInventory, NvmlState
-from mgpu_gui.core.errors import ConfigError, UserError
 
 NO_GPU = GpuInventory(NvmlState.NO_DRIVER)
 MB = 10 ** 6
@@ -309,7 +309,7 @@ def test_cancel_kills_the_running_probe_and_starts_no_other():
 
 # -- the probe itself (no TensorFlow) ----------------------------------------------------
 def test_the_cap_watchdog_reports_the_peak_once_it_passes_the_cap():
-    from mgpu_gui.batch_probe_worker import CapWatchdog
+    from mgpu_gui.processes.batch_probe import CapWatchdog
 
     readings = iter([100, 200, 300, 401, 500])
     over: list[int] = []
@@ -322,8 +322,8 @@ def test_the_cap_watchdog_reports_the_peak_once_it_passes_the_cap():
 
 
 def test_a_probe_tells_out_of_memory_from_other_errors():
-    from mgpu_gui.batch_probe_worker import Probe
-    from mgpu_gui.core.device_plan import plan_devices
+    from mgpu_gui.core.devices.plan import plan_devices
+    from mgpu_gui.processes.batch_probe import Probe
 
     class ResourceExhaustedError(Exception):
         pass
@@ -368,7 +368,7 @@ def test_cli_finds_the_largest_batch_under_a_memory_cap_on_cpu(tmp_path):
     args = ["find-batch", "--cpu", "--replicas", "1", "--model", model, "--data", data,
             "--val-split", "0", "--memory-cap", "1GB", "--start-batch", "128",
             "--max-batch", "2048", "--tolerance", "0.25", "--json"]
-    done = subprocess.run([sys.executable, "-m", "mgpu_gui.cli", *map(str, args)],
+    done = subprocess.run([sys.executable, "-m", "mgpu_gui.cli.main", *map(str, args)],
                           capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
     assert done.returncode == 0, done.stdout + done.stderr
     report = BatchReport.from_dict(json.loads(done.stdout))
@@ -401,7 +401,7 @@ def test_cli_refuses_bad_search_settings(capsys):
 # -- the dialog -------------------------------------------------------------------------
 @pytest.fixture
 def dialog(qtbot):
-    from mgpu_gui.gui.batch_finder_dialog import BatchFinderDialog
+    from mgpu_gui.gui.dialogs.batch_finder import BatchFinderDialog
 
     config = RunConfig(devices=DeviceSelection(kind=DeviceKind.CPU, replicas=2))
     dlg = BatchFinderDialog(None, config, finder_factory=lambda request: BatchFinder(
@@ -453,8 +453,8 @@ def test_closing_the_dialog_mid_search_kills_the_probe(dialog, qtbot):
 
 
 def test_batch_finder_gui_and_cli_never_load_tensorflow():
-    code = ("import sys; import mgpu_gui.gui.batch_finder_dialog, mgpu_gui.batch_cli, "
-            "mgpu_gui.batch_probe_worker; "
+    code = ("import sys; import mgpu_gui.gui.dialogs.batch_finder, mgpu_gui.cli.find_batch, "
+            "mgpu_gui.processes.batch_probe; "
             "print(','.join(m for m in ('tensorflow', 'keras') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
@@ -463,14 +463,14 @@ def test_batch_finder_gui_and_cli_never_load_tensorflow():
 
 
 def test_the_probe_runs_as_a_module_of_its_own():
-    from mgpu_gui.core.batch_probe_runner import worker_command
+    from mgpu_gui.core.tools.batch_finder import worker_command
 
-    assert worker_command(7)[-3:] == ["mgpu_gui.batch_probe_worker", "--events-fd", "7"]
+    assert worker_command(7)[-3:] == ["mgpu_gui.processes.batch_probe", "--events-fd", "7"]
 
 
 @pytest.mark.skipif(not Path("/proc/self/oom_score_adj").exists(), reason="Linux only")
 def test_a_probe_asks_to_be_the_kernels_first_out_of_memory_victim():
-    code = ("from mgpu_gui.batch_probe_worker import volunteer_for_oom_killer; "
+    code = ("from mgpu_gui.processes.batch_probe import volunteer_for_oom_killer; "
             "volunteer_for_oom_killer(); print(open('/proc/self/oom_score_adj').read())")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)

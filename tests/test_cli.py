@@ -21,10 +21,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mgpu_gui import cli
-from mgpu_gui.core.devices import GpuInfo, GpuInventory, NvmlState, query_inventory
+from mgpu_gui.cli import main as cli
+from mgpu_gui.core.devices.nvml import GpuInfo, GpuInventory, NvmlState, query_inventory
 from mgpu_gui.core.events import EpochEnd
-from mgpu_gui.core.rundir import RunDir
+from mgpu_gui.core.runs.folder import RunDir
 
 TINY = ["--epochs", "1", "--batch-per-replica", "4"]  # 36 training samples, global batch 8
 CPU = ["--cpu", "--replicas", "2"]  # the same devices with or without GPUs
@@ -131,7 +131,7 @@ def run_in_process(capsys, *args: object) -> tuple[int, str, str]:
 
 
 def run_subprocess(*args: object, cwd: Path | None = None) -> tuple[int, str, str]:
-    done = subprocess.run([sys.executable, "-m", "mgpu_gui.cli", *map(str, args)],
+    done = subprocess.run([sys.executable, "-m", "mgpu_gui.cli.main", *map(str, args)],
                           capture_output=True, text=True, timeout=WORKER_TIMEOUT_S, cwd=cwd)
     return done.returncode, done.stdout, done.stderr
 
@@ -264,7 +264,7 @@ def _fake_gpu(index: int) -> GpuInfo:
 ])
 def test_more_gpus_than_exist(capsys, monkeypatch, files, tmp_path, ask, words):
     two = GpuInventory(NvmlState.OK, (_fake_gpu(0), _fake_gpu(1)), "550.54", "12.4")
-    monkeypatch.setattr("mgpu_gui.core.supervisor.query_inventory", lambda: two)
+    monkeypatch.setattr("mgpu_gui.core.children.supervisor.query_inventory", lambda: two)
     out_dir = tmp_path / "runs"
     result = run_in_process(capsys, "--data", files["data"], *TINY, *ask, "-o", out_dir)
     assert_refused(*result, out_dir, *words)
@@ -272,8 +272,8 @@ def test_more_gpus_than_exist(capsys, monkeypatch, files, tmp_path, ask, words):
 
 def test_relative_output_folder_is_made_absolute(files, tmp_path, monkeypatch):
     """The worker and the export verifier run in other folders than the CLI."""
+    from mgpu_gui.core.children.supervisor import prepare_run
     from mgpu_gui.core.config import RunConfig
-    from mgpu_gui.core.supervisor import prepare_run
 
     monkeypatch.chdir(tmp_path)
     run = prepare_run(RunConfig(data=str(files["data"]), batch_per_replica=4, output_dir="rel"),
@@ -357,8 +357,8 @@ def test_demo_acceptance_run(tmp_path):
 def _stored_run(tmp_path: Path, status: str = "completed") -> Path:
     from mgpu_gui.core.config import RunConfig
     from mgpu_gui.core.events import RunFinished, RunStatus
-    from mgpu_gui.core.rundir import create_run_dir
-    from mgpu_gui.core.store import RunStore
+    from mgpu_gui.core.runs.folder import create_run_dir
+    from mgpu_gui.core.runs.store import RunStore
     from tests.test_store import epoch_events, started
 
     run_dir = create_run_dir(RunConfig(output_dir=str(tmp_path / "runs"), run_name="hist",

@@ -19,7 +19,7 @@ from mgpu_gui.core.events import (
     RunStarted,
     RunStatus,
 )
-from mgpu_gui.gui.curves_panel import CurvesPanel, SeriesBuffer, ema
+from mgpu_gui.gui.panels.curves import CurvesPanel, SeriesBuffer, ema
 
 T0 = 1_700_000_000.0
 

@@ -13,7 +13,8 @@ import pytest
 from PIL import Image
 
 from mgpu_gui.core.config import RunConfig
-from mgpu_gui.core.data import (
+from mgpu_gui.core.errors import DataError
+from mgpu_gui.engine.pipeline import (
     DataKind,
     LabelKind,
     batch_for_training,
@@ -23,7 +24,6 @@ from mgpu_gui.core.data import (
     load_data,
     steps,
 )
-from mgpu_gui.core.errors import DataError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -296,8 +296,8 @@ def test_inspect_data_never_imports_tensorflow(tmp_path):
     folder = make_folder(tmp_path / "imgs", {"a": 1, "b": 1})
     code = textwrap.dedent(f"""
         import sys
-        from mgpu_gui.core.data import inspect_data, steps
-        from mgpu_gui.core.demo import build_demo_model
+        from mgpu_gui.engine.pipeline import inspect_data, steps
+        from mgpu_gui.engine.demo import build_demo_model
         for source in ("demo", {npz!r}, {str(folder)!r}):
             inspect_data(source)
         assert "tensorflow" not in sys.modules and "keras" not in sys.modules, "TF imported"

@@ -10,8 +10,7 @@ import threading
 import pytest
 
 from mgpu_gui.core.config import DeviceKind, DeviceSelection
-from mgpu_gui.core.device_plan import DevicePlan, plan_devices
-from mgpu_gui.core.devices import (
+from mgpu_gui.core.devices.nvml import (
     GpuInfo,
     GpuInventory,
     MigInstance,
@@ -20,6 +19,7 @@ from mgpu_gui.core.devices import (
     format_inventory,
     query_inventory,
 )
+from mgpu_gui.core.devices.plan import DevicePlan, plan_devices
 from mgpu_gui.core.errors import DeviceError
 from tests.fake_nvml import UUID0, UUID1, FakeGpu, GiB, fake_nvml
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from mgpu_gui.core.devices import GpuInventory, NvmlState, query_inventory
-from mgpu_gui.core.doctor import (
+from mgpu_gui.core.devices.nvml import GpuInventory, NvmlState, query_inventory
+from mgpu_gui.core.tools.doctor import (
     CUDA_EXTRA,
     Facts,
     NvmlFacts,
@@ -28,7 +28,7 @@ from mgpu_gui.core.doctor import (
     diagnose,
     exit_code,
 )
-from mgpu_gui.core.doctor_report import format_facts, report, version_rows
+from mgpu_gui.core.tools.doctor_report import format_facts, report, version_rows
 
 FACTS_DIR = Path(__file__).parent / "doctor_facts"
 NO_GPU = GpuInventory(state=NvmlState.NO_DRIVER, message="No NVIDIA driver found (test).",
@@ -223,7 +223,7 @@ def test_report_lists_facts_and_what_to_do():
 
 
 def test_tensorflow_is_asked_in_a_child_on_this_machine():
-    from mgpu_gui.core.tf_facts import ask_tensorflow
+    from mgpu_gui.engine.tf_facts import ask_tensorflow
 
     facts = ask_tensorflow()
     assert facts.error is None, facts.error
@@ -236,12 +236,12 @@ def test_tensorflow_is_asked_in_a_child_on_this_machine():
 
 
 def test_cli_doctor_json_and_exit_code(monkeypatch, capsys, nvml):
-    from mgpu_gui import cli
+    from mgpu_gui.cli import main as cli
 
     two_gpus = query_inventory(nvml)  # the fake NVML: 2 H100s, driver 550.54.15
-    monkeypatch.setattr("mgpu_gui.core.devices.query_inventory", lambda: two_gpus)
+    monkeypatch.setattr("mgpu_gui.core.devices.nvml.query_inventory", lambda: two_gpus)
     for name, code in (("all_fine_two_gpus", 0), ("tensorflow_cpu_package", 1)):
-        monkeypatch.setattr("mgpu_gui.core.tf_facts.ask_tensorflow",
+        monkeypatch.setattr("mgpu_gui.engine.tf_facts.ask_tensorflow",
                             lambda name=name: load(name).tf)
         assert cli.main(["doctor", "--json"]) == code
         out = json.loads(capsys.readouterr().out)
@@ -255,7 +255,7 @@ def test_cli_doctor_json_and_exit_code(monkeypatch, capsys, nvml):
 
 
 def test_cli_doctor_runs_for_real():
-    done = subprocess.run([sys.executable, "-m", "mgpu_gui.cli", "doctor", "--json"],
+    done = subprocess.run([sys.executable, "-m", "mgpu_gui.cli.main", "doctor", "--json"],
                           capture_output=True, text=True, timeout=240)
     out = json.loads(done.stdout)
     assert done.returncode == (0 if out["ok"] else 1), done.stderr[-2000:]
@@ -269,7 +269,7 @@ def test_cli_doctor_runs_for_real():
 def test_doctor_dialog_shows_findings_and_copies_the_report(qtbot, nvml):
     from PySide6.QtGui import QGuiApplication
 
-    from mgpu_gui.gui.doctor_dialog import DoctorDialog
+    from mgpu_gui.gui.dialogs.doctor import DoctorDialog
 
     dialog = DoctorDialog(None, ask=False)
     qtbot.addWidget(dialog)
@@ -289,8 +289,8 @@ def test_doctor_dialog_shows_findings_and_copies_the_report(qtbot, nvml):
 
 
 def test_check_my_setup_opens_at_once_and_asks_tensorflow_in_the_background(qtbot):
+    from mgpu_gui.gui.jobs.telemetry_source import TelemetrySource
     from mgpu_gui.gui.main_window import MainWindow
-    from mgpu_gui.gui.telemetry_source import TelemetrySource
 
     window = MainWindow(telemetry=TelemetrySource(inventory=NO_GPU))
     qtbot.addWidget(window)

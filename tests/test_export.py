@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mgpu_gui.core import export
 from mgpu_gui.core.config import EXPORT_FORMATS
 from mgpu_gui.core.errors import ExportError
-from mgpu_gui.core.export import default_export_path, export_file, export_model
+from mgpu_gui.engine import export
+from mgpu_gui.engine.export import default_export_path, export_file, export_model
 
 CLASSES = ["cat", "dog"]
 
@@ -291,7 +291,7 @@ def test_random_sample_is_deterministic(models: dict[str, Trained]) -> None:
 
 def test_importing_export_does_not_load_tensorflow() -> None:
     """The GUI imports this module for paths and results; TensorFlow must stay out."""
-    code = ("import sys, mgpu_gui.core.export; "
+    code = ("import sys, mgpu_gui.engine.export; "
             "assert not {'tensorflow', 'keras'} & set(sys.modules), 'TF imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 

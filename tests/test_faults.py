@@ -2,7 +2,7 @@
 
 Each test asserts the message the user reads on stderr, a non-zero exit, and
 what the run folder keeps. Most faults come from the test-only hook
-`MGPU_GUI_FAULT=KIND@EPOCH:STEP` (core/faults.py); a NaN comes from the data
+`MGPU_GUI_FAULT=KIND@EPOCH:STEP` (testing/faults.py); a NaN comes from the data
 and a model-code exception from a real `tf.numpy_function` in a `.py` model.
 Full and read-only disks are small tmpfs mounts in a user namespace
 (`unshare --user --map-root-user --mount`); where that is not permitted those
@@ -25,9 +25,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mgpu_gui.core import checkpoints as ckpt
-from mgpu_gui.core.faults import ENV_VAR, FILL_NAME, Fault, FaultKind, FaultSpecError, from_env
-from mgpu_gui.core.rundir import RunDir
+from mgpu_gui.core.runs import checkpoints as ckpt
+from mgpu_gui.core.runs.folder import RunDir
+from mgpu_gui.testing.faults import ENV_VAR, FILL_NAME, Fault, FaultKind, FaultSpecError, from_env
 
 EXIT_FAILED, EXIT_USAGE = 1, 2
 TIMEOUT_S = 120
@@ -135,7 +135,7 @@ def run_cli(*args: object, fault: str | None = None,
     env.pop(ENV_VAR, None)
     if fault is not None:
         env[ENV_VAR] = fault
-    command = [*(prefix or []), sys.executable, "-m", "mgpu_gui.cli", *map(str, args)]
+    command = [*(prefix or []), sys.executable, "-m", "mgpu_gui.cli.main", *map(str, args)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_S, env=env,
                           preexec_fn=_no_core_files)
     return done.returncode, done.stdout, done.stderr

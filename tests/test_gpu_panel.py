@@ -9,10 +9,10 @@ import pytest
 from PySide6.QtWidgets import QWidget
 
 from mgpu_gui.core.config import DeviceKind, DeviceSelection
-from mgpu_gui.core.device_plan import plan_devices
-from mgpu_gui.core.devices import NA, NvmlSession, NvmlState, query_inventory
-from mgpu_gui.core.telemetry import take_snapshots
-from mgpu_gui.gui.gpu_panel import GpuPanel
+from mgpu_gui.core.devices.nvml import NA, NvmlSession, NvmlState, query_inventory
+from mgpu_gui.core.devices.plan import plan_devices
+from mgpu_gui.core.devices.telemetry import take_snapshots
+from mgpu_gui.gui.panels.gpus import GpuPanel
 from tests.fake_nvml import UUID0, UUID1, GiB
 
 
@@ -192,7 +192,7 @@ def test_a_thousand_updates_are_fast_and_rebuild_nothing(qtbot, panel, session):
 
 
 def test_source_feeds_the_panel(qtbot, nvml):
-    from mgpu_gui.gui.telemetry_source import TelemetrySource
+    from mgpu_gui.gui.jobs.telemetry_source import TelemetrySource
 
     source = TelemetrySource(nvml, interval_s=0.01)
     panel = GpuPanel()

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import sys
 
-from mgpu_gui import launch
+from mgpu_gui.core.children import launch
 
 
 def test_python_install_uses_dash_m():
-    assert launch.module_command("mgpu_gui.worker", "a") == [sys.executable, "-m",
-                                                              "mgpu_gui.worker", "a"]
+    module = "mgpu_gui.processes.training_worker"
+    assert launch.module_command(module, "a") == [sys.executable, "-m", module, "a"]
 
 
 def test_frozen_bundle_runs_itself_with_the_module_flag(monkeypatch, tmp_path):

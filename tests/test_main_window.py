@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 
 from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig
-from mgpu_gui.core.devices import GpuInventory, NvmlState
+from mgpu_gui.core.devices.nvml import GpuInventory, NvmlState
 from mgpu_gui.core.events import BatchEnd, RunStarted, RunStatus
-from mgpu_gui.core.store import RunState as StoreState
+from mgpu_gui.core.runs.store import RunState as StoreState
+from mgpu_gui.gui.jobs.telemetry_source import TelemetrySource
 from mgpu_gui.gui.main_window import MainWindow
-from mgpu_gui.gui.telemetry_source import TelemetrySource
 
 pytestmark = pytest.mark.slow
 RUN_TIMEOUT_MS = 180_000

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from mgpu_gui.core.errors import ModelError
-from mgpu_gui.core.modelfile import inspect_model_file
+from mgpu_gui.core.modelfiles.inspection import inspect_model_file
 
 
 def _layer(cls: str, name: str, **cfg) -> dict:
@@ -181,7 +181,7 @@ def test_swapped_suffixes(tmp_path):
 
 def test_no_tensorflow_or_keras_import():
     code = (
-        "import sys, mgpu_gui.core.modelfile, mgpu_gui.core.models\n"
+        "import sys, mgpu_gui.core.modelfiles.inspection, mgpu_gui.engine.models\n"
         "bad = [m for m in ('tensorflow', 'keras', 'tf_keras') if m in sys.modules]\n"
         "assert not bad, bad\n"
     )

@@ -19,10 +19,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 keras = pytest.importorskip("keras")
 tf = pytest.importorskip("tensorflow")
 
-from mgpu_gui.core import fit_check, models  # noqa: E402
 from mgpu_gui.core.config import RunConfig  # noqa: E402
+from mgpu_gui.core.datasets import fit_check  # noqa: E402
 from mgpu_gui.core.errors import DataError, ModelError  # noqa: E402
-from mgpu_gui.core.modelfile import inspect_model_file  # noqa: E402
+from mgpu_gui.core.modelfiles.inspection import inspect_model_file  # noqa: E402
+from mgpu_gui.engine import models  # noqa: E402
 
 RNG = np.random.default_rng(0)
 X = RNG.random((32, 4), dtype=np.float32)
@@ -118,7 +119,7 @@ def test_demo_model_is_built_in_scope_and_compiled(strategy, monkeypatch):
         return keras.Sequential([keras.Input(input_shape), keras.layers.Dense(num_classes)])
 
     fake = types.SimpleNamespace(build_demo_model=build_demo_model)
-    monkeypatch.setitem(sys.modules, "mgpu_gui.core.demo", fake)
+    monkeypatch.setitem(sys.modules, "mgpu_gui.engine.demo", fake)
     model, log = _load(strategy, "demo", classes=3)
     assert _is_mirrored(model)
     loss = model.loss

@@ -19,14 +19,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mgpu_gui.core.cluster import (
-    ClusterError,
-    ClusterSpec,
-    check_port_free,
-    differing_settings,
-    settings_vector,
-    shared_settings,
-)
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.events import (
     ClusterFormed,
@@ -37,7 +29,15 @@ from mgpu_gui.core.events import (
     RunStatus,
     parse_event,
 )
-from mgpu_gui.core.rundir import RunDir
+from mgpu_gui.core.runs.cluster import (
+    ClusterError,
+    ClusterSpec,
+    check_port_free,
+    differing_settings,
+    settings_vector,
+    shared_settings,
+)
+from mgpu_gui.core.runs.folder import RunDir
 from tests.helpers.ports import free_ports
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,7 +125,7 @@ class Cli:
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2",
                "PYTHONPATH": str(ROOT), "MGPU_GUI_STORE": str(out.with_suffix(".sqlite"))}
         self.log = open(out, "w")  # noqa: SIM115 (closed in wait)
-        self.proc = subprocess.Popen([sys.executable, "-m", "mgpu_gui.cli", *args, "--json"],
+        self.proc = subprocess.Popen([sys.executable, "-m", "mgpu_gui.cli.main", *args, "--json"],
                                      stdout=subprocess.PIPE, stderr=self.log, text=True,
                                      cwd=ROOT, env=env)
         self.out = out
@@ -250,7 +250,7 @@ def worker_pid(run_folder: str) -> int:
             args = cmdline.read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"mgpu_gui.worker" in args and run_folder.encode() in args:
+        if b"mgpu_gui.processes.training_worker" in args and run_folder.encode() in args:
             return int(cmdline.parent.name)
     raise AssertionError(f"no worker process for {run_folder}")
 
@@ -278,9 +278,9 @@ def test_different_settings_and_a_missing_worker_fail_clearly(files, tmp_path):
 
 @pytest.mark.slow
 def test_the_app_starts_the_chief_and_shows_the_cluster(qtbot, files, tmp_path):
-    from mgpu_gui.core.devices import GpuInventory, NvmlState
+    from mgpu_gui.core.devices.nvml import GpuInventory, NvmlState
+    from mgpu_gui.gui.jobs.telemetry_source import TelemetrySource
     from mgpu_gui.gui.main_window import MainWindow
-    from mgpu_gui.gui.telemetry_source import TelemetrySource
 
     win = MainWindow(telemetry=TelemetrySource(inventory=GpuInventory(NvmlState.NO_DRIVER)))
     qtbot.addWidget(win)

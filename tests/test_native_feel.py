@@ -44,11 +44,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mgpu_gui.core.devices import GpuInventory, NvmlState, query_inventory
+from mgpu_gui.core.devices.nvml import GpuInventory, NvmlState, query_inventory
 from mgpu_gui.core.events import BatchEnd, EpochEnd, RunStarted
+from mgpu_gui.gui.jobs.run_controller import RunState
+from mgpu_gui.gui.jobs.telemetry_source import TelemetrySource
 from mgpu_gui.gui.main_window import MainWindow
-from mgpu_gui.gui.run_controller import RunState
-from mgpu_gui.gui.telemetry_source import TelemetrySource
 from mgpu_gui.gui.theme import (
     MIN_CURVE_CONTRAST,
     contrast,
@@ -166,7 +166,7 @@ def test_system_scheme_switch_restyles_palette_and_plots(qtbot, qapp, window, re
 
 
 def test_a_platform_palette_change_restyles_the_plots_too(qtbot, qapp, window, restore_scheme):
-    from mgpu_gui.gui.run_compare import ComparedRun, RunCompareView
+    from mgpu_gui.gui.dialogs.run_compare import ComparedRun, RunCompareView
 
     compare = RunCompareView([ComparedRun("a", (0, 1), {"loss": (1.0, 0.5)}),
                               ComparedRun("b", (0, 1), {"loss": (1.2, 0.4)})])
@@ -202,11 +202,11 @@ from PySide6.QtCore import QSize
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import QApplication
 import numpy as np
-from mgpu_gui.core.devices import query_inventory
+from mgpu_gui.core.devices.nvml import query_inventory
 from mgpu_gui.gui.main_window import MainWindow
-from mgpu_gui.gui.gauges import Meter, Sparkline
-from mgpu_gui.gui.runs_table import _status_icon
-from mgpu_gui.gui.telemetry_source import TelemetrySource
+from mgpu_gui.gui.widgets.gauges import Meter, Sparkline
+from mgpu_gui.gui.widgets.runs_table import _status_icon
+from mgpu_gui.gui.jobs.telemetry_source import TelemetrySource
 from tests.fake_nvml import fake_nvml
 from tests.test_native_feel import run_events
 
@@ -304,7 +304,7 @@ def test_shortcuts_are_registered(window):
 
 def test_shortcuts_fire_and_respect_the_enabled_state(qtbot, window, monkeypatch, tmp_path):
     import mgpu_gui.gui.main_window as main_window
-    from mgpu_gui.core.rundir import RunDir
+    from mgpu_gui.core.runs.folder import RunDir
 
     started, stopped, exports = [], [], []
     monkeypatch.setattr(window.controller, "start", lambda config: started.append(config))
@@ -422,9 +422,9 @@ def unnamed(root: QWidget) -> tuple[list[str], int]:
 
 
 def test_every_interactive_widget_has_an_accessible_name(qtbot, nvml):
-    from mgpu_gui.gui.about_dialog import AboutDialog
-    from mgpu_gui.gui.doctor_dialog import DoctorDialog
-    from mgpu_gui.gui.run_compare import ComparedRun, RunCompareView
+    from mgpu_gui.gui.dialogs.about import AboutDialog
+    from mgpu_gui.gui.dialogs.doctor import DoctorDialog
+    from mgpu_gui.gui.dialogs.run_compare import ComparedRun, RunCompareView
 
     inventory = query_inventory(nvml)  # two GPUs: their rows are walked too
     window = MainWindow(telemetry=TelemetrySource(nvml=nvml, inventory=inventory))

@@ -169,7 +169,7 @@ def bundle_entry():
 
 
 def test_bundle_entry_runs_a_child_module_and_traces_it(bundle_entry, monkeypatch, tmp_path):
-    from mgpu_gui import launch
+    from mgpu_gui.core.children import launch
 
     monkeypatch.setattr(sys, "frozen", True, raising=False)
     trace = tmp_path / "trace.jsonl"
@@ -193,10 +193,27 @@ def test_bundle_entry_runs_a_child_module_and_traces_it(bundle_entry, monkeypatc
 def test_bundle_entry_is_the_cli_as_mgpu_train_else_the_gui(bundle_entry, monkeypatch):
     monkeypatch.delenv(bundle_entry.TRACE_ENV, raising=False)
     started = []
-    monkeypatch.setattr("mgpu_gui.cli.main", lambda: started.append("cli") or 3)
+    monkeypatch.setattr("mgpu_gui.cli.main.main", lambda: started.append("cli") or 3)
     monkeypatch.setattr("mgpu_gui.gui.app.main", lambda: started.append("gui") or 0)
     monkeypatch.setattr(sys, "argv", ["/opt/mgpu-gui/mgpu-train", "runs"])
     assert bundle_entry.main() == 3
     monkeypatch.setattr(sys, "argv", ["/opt/mgpu-gui/mgpu-gui"])
     assert bundle_entry.main() == 0
     assert started == ["cli", "gui"]
+
+
+# -- the wheel -----------------------------------------------------------------
+
+
+def test_the_wheel_holds_every_module_of_the_tree(tmp_path):
+    """The package list in pyproject.toml is explicit: a new subpackage must not be left out."""
+    import zipfile
+
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                    "-q", "-w", str(tmp_path), str(ROOT)], check=True, timeout=300,
+                   capture_output=True)
+    (wheel,) = tmp_path.glob("mgpu_gui-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    tree = {str(p.relative_to(ROOT)) for p in (ROOT / "mgpu_gui").rglob("*.py")}
+    assert tree - names == set()
+    assert "mgpu_gui/resources/demo/digits.npz" in names

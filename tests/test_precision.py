@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mgpu_gui import cli
-from mgpu_gui.core import xla
+from mgpu_gui.cli import main as cli
+from mgpu_gui.core.children.supervisor import prepare_run
 from mgpu_gui.core.config import DeviceKind, DeviceSelection, LRScalingConfig, RunConfig
-from mgpu_gui.core.devices import GpuInfo, GpuInventory, NvmlState
+from mgpu_gui.core.devices.nvml import GpuInfo, GpuInventory, NvmlState
 from mgpu_gui.core.events import (
     BatchEnd,
     EpochEnd,
@@ -30,8 +30,8 @@ from mgpu_gui.core.events import (
     RunStatus,
 )
 from mgpu_gui.core.lr_schedule import LinearScaling
-from mgpu_gui.core.precision import cpu_flags, precision_hint
-from mgpu_gui.core.supervisor import prepare_run
+from mgpu_gui.engine import xla
+from mgpu_gui.engine.precision import cpu_flags, precision_hint
 
 NO_GPU = GpuInventory(state=NvmlState.NO_DRIVER, gpus=(), driver_version=None,
                       cuda_driver_version=None, message="No NVIDIA driver (test).")
@@ -135,7 +135,7 @@ def keras_float32():
 
 def test_warmup_sets_the_lr_per_step_and_reduce_lr_waits_for_its_end(keras_float32):
     keras = keras_float32
-    from mgpu_gui.core.callbacks import AfterWarmup, LinearWarmup
+    from mgpu_gui.engine.callbacks import AfterWarmup, LinearWarmup
 
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(40, 4)).astype("float32"), rng.integers(0, 2, size=40)
@@ -165,9 +165,9 @@ def test_a_float32_file_takes_the_mixed_policy_with_a_float32_output_and_exports
     keras = keras_float32
     import tensorflow as tf
 
-    from mgpu_gui.core import models
-    from mgpu_gui.core.export import export_model
-    from mgpu_gui.core.precision import float32_policies, layer_policies
+    from mgpu_gui.engine import models
+    from mgpu_gui.engine.export import export_model
+    from mgpu_gui.engine.precision import float32_policies, layer_policies
 
     saved = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
                               keras.layers.Dense(3, activation="softmax", name="out")])

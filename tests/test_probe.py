@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mgpu_gui.core.config import RunConfig
-from mgpu_gui.core.probe import MODULE, probe_command
+from mgpu_gui.processes.model_probe import MODULE, probe_command
 
 BUILDER = """
 import keras

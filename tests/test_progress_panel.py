@@ -13,7 +13,7 @@ from mgpu_gui.core.events import (
     RunStarted,
     RunStatus,
 )
-from mgpu_gui.gui.progress_panel import BAR_MAX, ProgressPanel, device_text
+from mgpu_gui.gui.panels.progress import BAR_MAX, ProgressPanel, device_text
 
 T0 = 1_700_000_000.0
 

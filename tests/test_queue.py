@@ -16,16 +16,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mgpu_gui import cli
-from mgpu_gui.core import claims, fake_gpus, storedb
-from mgpu_gui.core.claims import DevicesBusyError
+from mgpu_gui.cli import main as cli
+from mgpu_gui.core.children.supervisor import prepare_run
 from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig
-from mgpu_gui.core.devices import GpuInfo, GpuInventory, NvmlState
+from mgpu_gui.core.devices.nvml import GpuInfo, GpuInventory, NvmlState
+from mgpu_gui.core.devices.telemetry import ProcessInfo
 from mgpu_gui.core.errors import DeviceError, UserError
-from mgpu_gui.core.jobqueue import JobQueue, JobState, QueuedJob, runner_pid, schedule
-from mgpu_gui.core.store import RunState, RunStore
-from mgpu_gui.core.supervisor import prepare_run
-from mgpu_gui.core.telemetry import ProcessInfo
+from mgpu_gui.core.runs import claims, storedb
+from mgpu_gui.core.runs.claims import DevicesBusyError
+from mgpu_gui.core.runs.queue import JobQueue, JobState, QueuedJob, runner_pid, schedule
+from mgpu_gui.core.runs.store import RunState, RunStore
+from mgpu_gui.testing import fake_gpus
 from tests.helpers.waiting import wait_for
 
 GiB = 2**30
@@ -243,8 +244,8 @@ def tiny_data(tmp_path) -> tuple[Path, Path]:
 @pytest.mark.slow
 def test_two_queued_runs_on_disjoint_gpus_run_at_once_a_third_waits_across_an_app_restart(
         qtbot, fake_four, tiny_data, tmp_path, stop_runner):
+    from mgpu_gui.gui.jobs.telemetry_source import TelemetrySource
     from mgpu_gui.gui.main_window import MainWindow
-    from mgpu_gui.gui.telemetry_source import TelemetrySource
     from tests.fake_nvml import FakeGpu, fake_nvml
 
     def window() -> MainWindow:
@@ -304,8 +305,8 @@ def test_two_queued_runs_on_disjoint_gpus_run_at_once_a_third_waits_across_an_ap
 def test_train_on_a_held_gpu_offers_the_queue_and_a_busy_gpu_needs_confirmation(
         qtbot, fake_four, tmp_path, monkeypatch, stop_runner):
     from mgpu_gui.gui import main_window
+    from mgpu_gui.gui.jobs.telemetry_source import TelemetrySource
     from mgpu_gui.gui.main_window import MainWindow
-    from mgpu_gui.gui.telemetry_source import TelemetrySource
 
     asked: list[str] = []
     monkeypatch.setattr(main_window, "offer_queue",
@@ -361,8 +362,8 @@ def test_cancelling_a_started_job_stops_its_run_resumably(fake_four, tiny_data, 
 def test_the_curves_of_a_run_another_process_supervises_follow_it_live(qtbot, tmp_path):
     """A queued job's run reports to the queue runner; the window follows it in the store."""
     from mgpu_gui.core.events import BatchEnd, EpochEnd, RunFinished, RunStarted, RunStatus
+    from mgpu_gui.gui.jobs.telemetry_source import TelemetrySource
     from mgpu_gui.gui.main_window import MainWindow
-    from mgpu_gui.gui.telemetry_source import TelemetrySource
 
     win = MainWindow(telemetry=TelemetrySource(inventory=NO_GPU))
     qtbot.addWidget(win)

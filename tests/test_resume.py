@@ -18,13 +18,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mgpu_gui.core.children.supervisor import WorkerProcess, prepare_resume, prepare_run
 from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig
-from mgpu_gui.core.devices import GpuInventory, NvmlState
+from mgpu_gui.core.devices.nvml import GpuInventory, NvmlState
 from mgpu_gui.core.events import BatchEnd, EpochEnd, RunFinished, RunStarted, RunStatus
-from mgpu_gui.core.rundir import RunDir
-from mgpu_gui.core.runlock import is_live
-from mgpu_gui.core.store import RunState, RunStore
-from mgpu_gui.core.supervisor import WorkerProcess, prepare_resume, prepare_run
+from mgpu_gui.core.runs.folder import RunDir
+from mgpu_gui.core.runs.lock import is_live
+from mgpu_gui.core.runs.store import RunState, RunStore
 from tests.helpers.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -119,10 +119,10 @@ def test_sigkill_of_the_worker_mid_epoch_then_resume(config, tmp_path):
 SUPERVISOR = """
 import sys
 from mgpu_gui.core.config import RunConfig
-from mgpu_gui.core.devices import GpuInventory, NvmlState
+from mgpu_gui.core.devices.nvml import GpuInventory, NvmlState
 from mgpu_gui.core.events import BatchEnd
-from mgpu_gui.core.store import RunStore
-from mgpu_gui.core.supervisor import WorkerProcess, prepare_run
+from mgpu_gui.core.runs.store import RunStore
+from mgpu_gui.core.children.supervisor import WorkerProcess, prepare_run
 
 store = RunStore()
 config = RunConfig.from_json(sys.argv[1])
@@ -197,7 +197,7 @@ def test_sigkill_of_the_supervisor_then_replay_and_resume(config, tmp_path):
 
 def test_a_run_that_is_still_running_or_completed_is_not_resumed(config, tmp_path):
     from mgpu_gui.core.errors import UserError
-    from mgpu_gui.core.runlock import RunBusyError
+    from mgpu_gui.core.runs.lock import RunBusyError
 
     store = RunStore()
     run = prepare_run(config.replace(output_dir=str(tmp_path), epochs=1), NO_GPU, store)

@@ -7,11 +7,11 @@ import pytest
 from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig
 from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.events import BatchEnd, EpochEnd, RunFinished, RunStarted, RunStatus
-from mgpu_gui.core.rundir import create_run_dir
-from mgpu_gui.core.runlock import is_live
-from mgpu_gui.core.store import RunState as StoreState
-from mgpu_gui.core.store import RunStore
-from mgpu_gui.gui.run_controller import RunController
+from mgpu_gui.core.runs.folder import create_run_dir
+from mgpu_gui.core.runs.lock import is_live
+from mgpu_gui.core.runs.store import RunState as StoreState
+from mgpu_gui.core.runs.store import RunStore
+from mgpu_gui.gui.jobs.run_controller import RunController
 
 pytestmark = pytest.mark.slow
 

@@ -29,11 +29,11 @@ from mgpu_gui.core.config import (
     LRScalingConfig,
     RunConfig,
 )
-from mgpu_gui.core.datafile import inspect_data
-from mgpu_gui.core.devices import GpuInfo
+from mgpu_gui.core.datasets.inspection import inspect_data
+from mgpu_gui.core.devices.nvml import GpuInfo
 from mgpu_gui.core.errors import DataError, ModelError
-from mgpu_gui.core.modelfile import inspect_model_file
-from mgpu_gui.gui.run_setup import RunSetupPanel
+from mgpu_gui.core.modelfiles.inspection import inspect_model_file
+from mgpu_gui.gui.panels.run_setup import RunSetupPanel
 
 
 @pytest.fixture
@@ -315,7 +315,7 @@ def test_panel_never_imports_tensorflow(tmp_path):
         QSettings.setDefaultFormat(QSettings.Format.IniFormat)
         QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, {str(tmp_path)!r})
         QCoreApplication.setOrganizationName("t"); QCoreApplication.setApplicationName("t")
-        from mgpu_gui.gui.run_setup import RunSetupPanel
+        from mgpu_gui.gui.panels.run_setup import RunSetupPanel
         app = QApplication([])
         panel = RunSetupPanel()
         panel.set_replicas(2)

@@ -15,7 +15,7 @@ from PySide6.QtCore import Qt, QUrl
 from PySide6.QtWidgets import QMessageBox
 
 from mgpu_gui.core.config import RunConfig
-from mgpu_gui.core.devices import GpuInventory, NvmlState
+from mgpu_gui.core.devices.nvml import GpuInventory, NvmlState
 from mgpu_gui.core.events import (
     BatchEnd,
     EpochEnd,
@@ -26,13 +26,13 @@ from mgpu_gui.core.events import (
     RunStarted,
     RunStatus,
 )
-from mgpu_gui.core.rundir import RunDir, create_run_dir
-from mgpu_gui.core.runlock import RunLock
-from mgpu_gui.core.store import RunRecord, RunRecorder, RunState, RunStore
+from mgpu_gui.core.runs.folder import RunDir, create_run_dir
+from mgpu_gui.core.runs.lock import RunLock
+from mgpu_gui.core.runs.store import RunRecord, RunRecorder, RunState, RunStore
+from mgpu_gui.gui.dialogs.run_compare import ComparedRun, RunCompareView, metric_choices
+from mgpu_gui.gui.jobs.telemetry_source import TelemetrySource
 from mgpu_gui.gui.main_window import MainWindow
-from mgpu_gui.gui.run_compare import ComparedRun, RunCompareView, metric_choices
-from mgpu_gui.gui.runs_panel import RunsPanel
-from mgpu_gui.gui.telemetry_source import TelemetrySource
+from mgpu_gui.gui.panels.runs import RunsPanel
 
 STEPS = 3
 NO_GPU = GpuInventory(state=NvmlState.NO_DRIVER, message="No NVIDIA driver found (test).")
@@ -343,7 +343,7 @@ def test_without_a_store_the_app_says_so_and_still_trains(qtbot, tmp_path, monke
 
 
 def test_status_colours_and_labels_cover_every_state():
-    from mgpu_gui.gui.runs_table import STATUS_TEXT
+    from mgpu_gui.gui.widgets.runs_table import STATUS_TEXT
 
     assert set(STATUS_TEXT) == set(RunState)
     assert len({color for _, color in STATUS_TEXT.values()}) == len(RunState)

@@ -19,12 +19,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mgpu_gui import cli
+from mgpu_gui.cli import main as cli
 from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig
-from mgpu_gui.core.devices import GpuInfo, GpuInventory, NvmlState
+from mgpu_gui.core.devices.nvml import GpuInfo, GpuInventory, NvmlState
 from mgpu_gui.core.errors import UserError
-from mgpu_gui.core.scale_runner import ScaleProgress, ScaleRequest, ScaleRunner, plan_scaling
-from mgpu_gui.core.scaling import (
+from mgpu_gui.core.tools.scaling import (
     CSV_COLUMNS,
     CountResult,
     PointStatus,
@@ -40,6 +39,12 @@ from mgpu_gui.core.scaling import (
     recommend,
     step_stats,
     write_csv,
+)
+from mgpu_gui.core.tools.scaling_runner import (
+    ScaleProgress,
+    ScaleRequest,
+    ScaleRunner,
+    plan_scaling,
 )
 
 NO_GPU = GpuInventory(NvmlState.NO_DRIVER)
@@ -300,7 +305,7 @@ def test_an_error_in_the_model_is_not_repeated_for_every_count():
 
 
 def test_step_clock_times_only_the_steps_after_the_warm_up():
-    from mgpu_gui.scale_worker import StepClock
+    from mgpu_gui.processes.scaling_worker import StepClock
 
     ticks = iter([0.0, 1.0, 1.5, 1.6, 1.8, 2.1])  # begin, then 5 step ends
     sent: list[dict] = []
@@ -322,7 +327,7 @@ def test_cli_scaling_run_on_1_2_and_4_cpu_replicas(tmp_path):
             "--json"]
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY",
                                                             "QT_QPA_PLATFORM")}
-    done = subprocess.run([sys.executable, "-m", "mgpu_gui.cli", *map(str, args)],
+    done = subprocess.run([sys.executable, "-m", "mgpu_gui.cli.main", *map(str, args)],
                           capture_output=True, text=True, timeout=CLI_TIMEOUT_S, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     report = ScalingReport.from_dict(json.loads(done.stdout))
@@ -361,7 +366,7 @@ def test_cli_refuses_bad_scaling_settings(capsys):
 # -- the dialog ------------------------------------------------------------------------
 @pytest.fixture
 def dialog(qtbot):
-    from mgpu_gui.gui.scaling_dialog import ScalingDialog
+    from mgpu_gui.gui.dialogs.scaling import ScalingDialog
 
     config = RunConfig(batch_per_replica=8, devices=DeviceSelection(kind=DeviceKind.CPU,
                                                                     replicas=4))
@@ -435,7 +440,7 @@ def test_dialog_shows_why_a_test_cannot_start(dialog, qtbot):
 
 
 def test_scaling_gui_modules_never_load_tensorflow():
-    code = ("import sys; import mgpu_gui.gui.scaling_dialog, mgpu_gui.scale_cli; "
+    code = ("import sys; import mgpu_gui.gui.dialogs.scaling, mgpu_gui.cli.scale; "
             "print(','.join(m for m in ('tensorflow', 'keras') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
@@ -448,8 +453,8 @@ def test_png_written_without_a_display(tmp_path):
     report = cpu_report(result(1, 0.010), result(2, 0.0125))
     target = tmp_path / "plot.png"
     code = textwrap.dedent(f"""
-        from mgpu_gui.core.scaling import ScalingReport
-        from mgpu_gui.gui.scaling_plot import save_report_png
+        from mgpu_gui.core.tools.scaling import ScalingReport
+        from mgpu_gui.gui.widgets.scaling_plot import save_report_png
         report = ScalingReport.from_json({report.to_json()!r})
         print(save_report_png(report, {str(target)!r}))
     """)
@@ -473,8 +478,8 @@ def test_closing_the_dialog_mid_test_kills_the_child(dialog, qtbot):
 def test_plots_follow_a_dark_palette_and_the_png_stays_light(qtbot, qapp, tmp_path):
     from PySide6.QtGui import QColor, QImage, QPalette
 
-    from mgpu_gui.gui.scaling_plot import ScalingPlot, save_report_png
     from mgpu_gui.gui.theme import dark_palette
+    from mgpu_gui.gui.widgets.scaling_plot import ScalingPlot, save_report_png
 
     report = cpu_report(result(1, 0.010), result(2, 0.0125))
     plot = ScalingPlot()

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from mgpu_gui.core import storedb
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.events import (
@@ -28,10 +27,11 @@ from mgpu_gui.core.events import (
     RunStarted,
     RunStatus,
 )
-from mgpu_gui.core.rundir import RunDir, create_run_dir
-from mgpu_gui.core.runlock import RunBusyError, RunLock, is_live
-from mgpu_gui.core.store import RunState, RunStore
-from mgpu_gui.core.storedb import StoreError, filesystem_type
+from mgpu_gui.core.runs import storedb
+from mgpu_gui.core.runs.folder import RunDir, create_run_dir
+from mgpu_gui.core.runs.lock import RunBusyError, RunLock, is_live
+from mgpu_gui.core.runs.store import RunState, RunStore
+from mgpu_gui.core.runs.storedb import StoreError, filesystem_type
 
 STEPS = 4
 
@@ -270,7 +270,7 @@ def test_run_lock_is_exclusive_and_dies_with_its_holder(tmp_path):
         [sys.executable, "-c", textwrap.dedent(f"""
             import sys, time
             from pathlib import Path
-            from mgpu_gui.core.runlock import RunLock
+            from mgpu_gui.core.runs.lock import RunLock
             lock = RunLock.acquire(Path({str(tmp_path)!r}))
             print("held", flush=True)
             time.sleep(60)
@@ -288,8 +288,8 @@ def test_run_lock_is_exclusive_and_dies_with_its_holder(tmp_path):
 WRITER = """
 import sys, time
 from pathlib import Path
-from mgpu_gui.core.store import RunStore
-from mgpu_gui.core.rundir import RunDir
+from mgpu_gui.core.runs.store import RunStore
+from mgpu_gui.core.runs.folder import RunDir
 from tests.test_store import started, epoch_events, STEPS
 from mgpu_gui.core.events import RunFinished, RunStatus
 

@@ -15,20 +15,20 @@ from types import SimpleNamespace
 
 import pytest
 
-from mgpu_gui.core import strategy as strategy_module
 from mgpu_gui.core.config import DeviceKind, DeviceSelection
-from mgpu_gui.core.device_plan import plan_devices
-from mgpu_gui.core.devices import GpuInfo, GpuInventory, NvmlState
+from mgpu_gui.core.devices.nvml import GpuInfo, GpuInventory, NvmlState
+from mgpu_gui.core.devices.plan import plan_devices
 from mgpu_gui.core.errors import DeviceError
-from mgpu_gui.core.strategy import apply_device_env
+from mgpu_gui.engine import strategy as strategy_module
+from mgpu_gui.engine.strategy import apply_device_env
 
 CHILD = textwrap.dedent(
     """
     import json, sys
     from mgpu_gui.core.config import DeviceKind, DeviceSelection
-    from mgpu_gui.core.device_plan import plan_devices
-    from mgpu_gui.core.devices import GpuInventory, NvmlState
-    from mgpu_gui.core.strategy import apply_device_env, make_strategy
+    from mgpu_gui.core.devices.plan import plan_devices
+    from mgpu_gui.core.devices.nvml import GpuInventory, NvmlState
+    from mgpu_gui.engine.strategy import apply_device_env, make_strategy
 
     replicas = int(sys.argv[1])
     plan = plan_devices(DeviceSelection(kind=DeviceKind.CPU, replicas=replicas),
@@ -74,7 +74,7 @@ def test_cpu_replicas_in_a_fresh_process(replicas):
 
 
 def test_importing_devices_and_strategy_loads_neither_tensorflow_nor_cuda():
-    code = ("import sys, mgpu_gui.core.devices, mgpu_gui.core.strategy; "
+    code = ("import sys, mgpu_gui.core.devices.nvml, mgpu_gui.engine.strategy; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('tensorflow', 'keras', 'PySide6')))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

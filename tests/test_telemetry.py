@@ -7,8 +7,8 @@ import threading
 import numpy as np
 import pytest
 
-from mgpu_gui.core.devices import NvmlSession, NvmlState, query_inventory
-from mgpu_gui.core.telemetry import (
+from mgpu_gui.core.devices.nvml import NvmlSession, NvmlState, query_inventory
+from mgpu_gui.core.devices.telemetry import (
     GpuSnapshot,
     ProcessInfo,
     TelemetryHistory,
@@ -199,7 +199,7 @@ def test_poller_rejects_a_zero_interval(session):
 def test_source_lists_gpus_off_the_gui_thread_and_delivers_on_it(qtbot, nvml):
     from PySide6.QtCore import QThread
 
-    from mgpu_gui.gui.telemetry_source import TelemetrySource
+    from mgpu_gui.gui.jobs.telemetry_source import TelemetrySource
 
     source = TelemetrySource(nvml, interval_s=0.01)
     threads = []
@@ -220,7 +220,7 @@ def test_source_lists_gpus_off_the_gui_thread_and_delivers_on_it(qtbot, nvml):
 
 
 def test_source_with_a_known_inventory_and_no_driver_never_starts_a_thread(qtbot):
-    from mgpu_gui.gui.telemetry_source import TelemetrySource
+    from mgpu_gui.gui.jobs.telemetry_source import TelemetrySource
 
     inventory = query_inventory(fake_nvml(init_error="NVMLError_LibraryNotFound"))
     source = TelemetrySource(fake_nvml(), inventory=inventory)

@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mgpu_gui.core import checkpoints as ckpt
+from mgpu_gui.core.children.supervisor import prepare_run
 from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig
-from mgpu_gui.core.devices import GpuInventory, NvmlState
+from mgpu_gui.core.devices.nvml import GpuInventory, NvmlState
 from mgpu_gui.core.events import (
     CheckpointSaved,
     EpochEnd,
@@ -27,8 +27,8 @@ from mgpu_gui.core.events import (
     RunStarted,
     RunStatus,
 )
-from mgpu_gui.core.rundir import RunDir
-from mgpu_gui.core.supervisor import prepare_run
+from mgpu_gui.core.runs import checkpoints as ckpt
+from mgpu_gui.core.runs.folder import RunDir
 from tests.helpers.hosts import ReplicaHost
 
 pytestmark = pytest.mark.slow
@@ -191,7 +191,7 @@ def test_crash_before_the_backup_commit_resumes_from_the_previous_epoch(tmp_path
     """A crash after an epoch's model file, before its metadata: the resume redoes it."""
     import keras
 
-    from mgpu_gui.core.callbacks import CommitBackup, EpochCheckpoints
+    from mgpu_gui.engine.callbacks import CommitBackup, EpochCheckpoints
 
     backup, last, best = (tmp_path / "backup", tmp_path / "checkpoints" / "last.keras",
                           tmp_path / "checkpoints" / "best.keras")
@@ -316,10 +316,10 @@ def test_failures_outside_a_fault_test_are_explained(tmp_path):
 
     import tensorflow as tf
 
-    from mgpu_gui.core.callbacks import EpochTracker
-    from mgpu_gui.core.device_plan import DevicePlan
+    from mgpu_gui.core.devices.plan import DevicePlan
     from mgpu_gui.core.errors import ExportError, OutputError
-    from mgpu_gui.core.failures import (
+    from mgpu_gui.engine.callbacks import EpochTracker
+    from mgpu_gui.engine.failures import (
         ExportDiskFullError,
         OutOfMemoryError,
         Stage,

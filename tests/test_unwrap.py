@@ -23,14 +23,14 @@ keras = pytest.importorskip("keras")
 tf = pytest.importorskip("tensorflow")
 tf_keras = pytest.importorskip("tf_keras")
 
-from mgpu_gui import cli  # noqa: E402
-from mgpu_gui.core import models  # noqa: E402
+from mgpu_gui.cli import main as cli  # noqa: E402
 from mgpu_gui.core.config import RunConfig  # noqa: E402
 from mgpu_gui.core.errors import ModelError  # noqa: E402
 from mgpu_gui.core.events import RunStarted  # noqa: E402
-from mgpu_gui.core.modelfile import inspect_model_file  # noqa: E402
-from mgpu_gui.core.rundir import RunDir  # noqa: E402
-from mgpu_gui.core.unwrap import recover_model  # noqa: E402
+from mgpu_gui.core.modelfiles.inspection import inspect_model_file  # noqa: E402
+from mgpu_gui.core.runs.folder import RunDir  # noqa: E402
+from mgpu_gui.engine import models  # noqa: E402
+from mgpu_gui.engine.unwrap import recover_model  # noqa: E402
 from tests import legacy_models as lm  # noqa: E402
 
 TOL = 1e-5
@@ -262,7 +262,7 @@ def test_inspection_runs_without_tensorflow(files):
     import subprocess
     import sys
 
-    code = ("import sys; from mgpu_gui.core.modelfile import inspect_model_file; "
+    code = ("import sys; from mgpu_gui.core.modelfiles.inspection import inspect_model_file; "
             f"info = inspect_model_file({str(files['double'][0])!r}); "
             "assert info.wrapper.depth == 2; "
             "assert not {'tensorflow', 'keras', 'tf_keras'} & set(sys.modules), 'TF imported'")

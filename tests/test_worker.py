@@ -7,10 +7,10 @@ import signal
 
 import pytest
 
+from mgpu_gui.core.children.supervisor import WorkerProcess, prepare_run
 from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig
 from mgpu_gui.core.events import EpochEnd, RunFinished, RunStarted, RunStatus
-from mgpu_gui.core.rundir import RunDir
-from mgpu_gui.core.supervisor import WorkerProcess, prepare_run
+from mgpu_gui.core.runs.folder import RunDir
 
 pytestmark = pytest.mark.slow
 

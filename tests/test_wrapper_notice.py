@@ -9,7 +9,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from mgpu_gui.gui.run_setup import RunSetupPanel
+from mgpu_gui.gui.panels.run_setup import RunSetupPanel
 
 pytestmark = pytest.mark.slow
 

@@ -33,34 +33,34 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mgpu_gui.core.claims import DevicesBusyError
+from mgpu_gui.core.children.supervisor import PreparedRun, RunOutcome
 from mgpu_gui.core.config import RunConfig
-from mgpu_gui.core.devices import GpuInventory, NvmlState
+from mgpu_gui.core.devices.nvml import GpuInventory, NvmlState
 from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.events import ClusterFormed, EpochEnd, Event, RunFailed, RunStarted, RunStatus
-from mgpu_gui.core.rundir import RunDir
-from mgpu_gui.core.runlock import is_live
-from mgpu_gui.core.store import RunRecord, RunStore
-from mgpu_gui.core.store import RunState as StoreState
-from mgpu_gui.core.storedb import StoreError
-from mgpu_gui.core.supervisor import PreparedRun, RunOutcome
-from mgpu_gui.gui.cluster_panel import ClusterPanel
-from mgpu_gui.gui.curves_panel import CurvesPanel
-from mgpu_gui.gui.error_banner import ErrorBanner
-from mgpu_gui.gui.exporter import ModelExporter, ask_export_target
-from mgpu_gui.gui.gpu_panel import GpuPanel
-from mgpu_gui.gui.log_panel import LogPanel
-from mgpu_gui.gui.progress_panel import ProgressPanel, status_text
-from mgpu_gui.gui.queue_panel import QueuePanel, confirm_busy_gpus, offer_queue
-from mgpu_gui.gui.resume_offer import ResumeOffer, StoreReconciler
-from mgpu_gui.gui.run_controller import RunController, RunState
-from mgpu_gui.gui.run_follower import RunFollower, last_time
-from mgpu_gui.gui.run_setup import RunSetupPanel
-from mgpu_gui.gui.runs_panel import RunsPanel
-from mgpu_gui.gui.runs_table import STATUS_TEXT, best_text, short_name
-from mgpu_gui.gui.telemetry_source import TelemetrySource
+from mgpu_gui.core.runs.claims import DevicesBusyError
+from mgpu_gui.core.runs.folder import RunDir
+from mgpu_gui.core.runs.lock import is_live
+from mgpu_gui.core.runs.store import RunRecord, RunStore
+from mgpu_gui.core.runs.store import RunState as StoreState
+from mgpu_gui.core.runs.storedb import StoreError
+from mgpu_gui.gui.jobs.exporter import ModelExporter, ask_export_target
+from mgpu_gui.gui.jobs.run_controller import RunController, RunState
+from mgpu_gui.gui.jobs.run_follower import RunFollower, last_time
+from mgpu_gui.gui.jobs.telemetry_source import TelemetrySource
+from mgpu_gui.gui.panels.cluster import ClusterPanel
+from mgpu_gui.gui.panels.curves import CurvesPanel
+from mgpu_gui.gui.panels.gpus import GpuPanel
+from mgpu_gui.gui.panels.log import LogPanel
+from mgpu_gui.gui.panels.progress import ProgressPanel, status_text
+from mgpu_gui.gui.panels.queue import QueuePanel, confirm_busy_gpus, offer_queue
+from mgpu_gui.gui.panels.run_setup import RunSetupPanel
+from mgpu_gui.gui.panels.runs import RunsPanel
 from mgpu_gui.gui.theme import follow_system_scheme, refresh_style_sheets
 from mgpu_gui.gui.tool_dialogs import ToolDialogs
+from mgpu_gui.gui.widgets.error_banner import ErrorBanner
+from mgpu_gui.gui.widgets.resume_offer import ResumeOffer, StoreReconciler
+from mgpu_gui.gui.widgets.runs_table import STATUS_TEXT, best_text, short_name
 
 
 class MainWindow(ToolDialogs, QMainWindow):

@@ -15,13 +15,13 @@ from typing import Any
 from PySide6.QtWidgets import QDialog
 
 from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig
-from mgpu_gui.core.devices import GpuInventory
+from mgpu_gui.core.devices.nvml import GpuInventory
 from mgpu_gui.core.errors import UserError
-from mgpu_gui.gui.about_dialog import AboutDialog
-from mgpu_gui.gui.batch_finder_dialog import BatchFinderDialog
-from mgpu_gui.gui.cluster_dialog import ClusterDialog
-from mgpu_gui.gui.doctor_dialog import DoctorDialog
-from mgpu_gui.gui.scaling_dialog import ScalingDialog
+from mgpu_gui.gui.dialogs.about import AboutDialog
+from mgpu_gui.gui.dialogs.batch_finder import BatchFinderDialog
+from mgpu_gui.gui.dialogs.cluster import ClusterDialog
+from mgpu_gui.gui.dialogs.doctor import DoctorDialog
+from mgpu_gui.gui.dialogs.scaling import ScalingDialog
 
 DIALOGS = ("about_dialog", "doctor_dialog", "scaling_dialog", "batch_dialog", "cluster_dialog")
 

@@ -61,7 +61,7 @@ def make_inputs(root: Path, samples: int) -> tuple[Path, Path]:
 
 
 def run_engine(data: Path, model: Path, out: Path, args) -> dict:
-    cmd = [sys.executable, "-m", "mgpu_gui.cli", "train", "--model", str(model), "--data",
+    cmd = [sys.executable, "-m", "mgpu_gui.cli.main", "train", "--model", str(model), "--data",
            str(data), "--cpu", "--replicas", str(args.replicas), "--batch-per-replica",
            str(args.batch), "--epochs", str(args.epochs), "-o", str(out), "--quiet"]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
@@ -85,16 +85,16 @@ def run_baseline(data: Path, model: Path, args, pipeline: str) -> dict:
 def baseline_child(data: str, model_file: str, args) -> None:
     """Plain fit, built by the same core functions the worker uses."""
     from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig
-    from mgpu_gui.core.device_plan import DevicePlan
-    from mgpu_gui.core.strategy import apply_device_env, make_strategy
+    from mgpu_gui.core.devices.plan import DevicePlan
+    from mgpu_gui.engine.strategy import apply_device_env, make_strategy
 
     plan = DevicePlan(kind=DeviceKind.CPU, replicas=args.replicas, env={"CUDA_VISIBLE_DEVICES": ""})
     apply_device_env(plan)
     strategy, _ = make_strategy(plan)
     import keras
 
-    from mgpu_gui.core import data as data_mod
-    from mgpu_gui.core import models
+    from mgpu_gui.engine import models
+    from mgpu_gui.engine import pipeline as data_mod
 
     config = RunConfig(model=model_file, data=data, batch_per_replica=args.batch,
                        devices=DeviceSelection(kind=DeviceKind.CPU, replicas=args.replicas))

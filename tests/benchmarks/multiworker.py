@@ -33,7 +33,7 @@ from tests.helpers.ports import free_ports  # noqa: E402
 def cli(args: list[str], root: Path, name: str) -> subprocess.Popen:
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2",
            "PYTHONPATH": str(ROOT), "MGPU_GUI_STORE": str(root / f"{name}.sqlite")}
-    return subprocess.Popen([sys.executable, "-m", "mgpu_gui.cli", *args, "--json"],
+    return subprocess.Popen([sys.executable, "-m", "mgpu_gui.cli.main", *args, "--json"],
                             stdout=subprocess.PIPE, stderr=open(root / f"{name}.log", "w"),  # noqa: SIM115
                             text=True, cwd=ROOT, env=env)
 

@@ -58,9 +58,9 @@ def child(args) -> None:
     config = RunConfig(model=args.model, data=args.data, batch_per_replica=args.batch,
                        epochs=args.epochs, precision=args.child, jit_compile=args.xla,
                        devices=DeviceSelection(kind=kind, replicas=args.replicas))
-    from mgpu_gui.core.device_plan import DevicePlan, plan_devices
-    from mgpu_gui.core.devices import query_inventory
-    from mgpu_gui.core.strategy import apply_device_env, make_strategy
+    from mgpu_gui.core.devices.nvml import query_inventory
+    from mgpu_gui.core.devices.plan import DevicePlan, plan_devices
+    from mgpu_gui.engine.strategy import apply_device_env, make_strategy
 
     if kind is DeviceKind.CPU:
         plan = DevicePlan(kind=kind, replicas=args.replicas, env={"CUDA_VISIBLE_DEVICES": ""})
@@ -70,8 +70,8 @@ def child(args) -> None:
     strategy, _ = make_strategy(plan)
     import keras
 
-    from mgpu_gui.core import xla
-    from mgpu_gui.core.training import prepare
+    from mgpu_gui.engine import xla
+    from mgpu_gui.engine.training import prepare
 
     keras.utils.set_random_seed(config.seed)
     lines: list[str] = []
@@ -109,7 +109,7 @@ def main() -> None:
     if args.child:
         child(args)
         return
-    from mgpu_gui.core.precision import CPU_BF16_FLAGS, cpu_flags
+    from mgpu_gui.engine.precision import CPU_BF16_FLAGS, cpu_flags
 
     results: dict[tuple[str, bool], list[float]] = {v: [] for v in VARIANTS}
     errors: dict[tuple[str, bool], str] = {}

@@ -65,11 +65,11 @@ def soak(total: int, steps: int, root: Path, *, full: bool) -> tuple[float, int,
     """Events/s through WorkerProcess; with `full`, into the store and the plot buffers."""
     from PySide6.QtWidgets import QApplication
 
-    from mgpu_gui.core import supervisor
+    from mgpu_gui.core.children import supervisor
     from mgpu_gui.core.config import RunConfig
-    from mgpu_gui.core.devices import GpuInventory, NvmlState
-    from mgpu_gui.core.store import RunStore
-    from mgpu_gui.gui.curves_panel import CurvesPanel
+    from mgpu_gui.core.devices.nvml import GpuInventory, NvmlState
+    from mgpu_gui.core.runs.store import RunStore
+    from mgpu_gui.gui.panels.curves import CurvesPanel
 
     def emitter_command(run_dir, events_fd, control_fd, lock_fd=None, nice=0):
         return [sys.executable, "-c", EMITTER, str(events_fd), str(total), str(steps)]

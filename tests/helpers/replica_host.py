@@ -19,10 +19,10 @@ import threading
 from pathlib import Path
 
 from mgpu_gui.core.config import DeviceKind
-from mgpu_gui.core.device_plan import DevicePlan
+from mgpu_gui.core.devices.plan import DevicePlan
 from mgpu_gui.core.events import BatchEnd, Event
-from mgpu_gui.core.rundir import RunDir
-from mgpu_gui.worker import EventChannel, run_job
+from mgpu_gui.core.runs.folder import RunDir
+from mgpu_gui.processes.training_worker import EventChannel, run_job
 
 
 class StopAt:
@@ -45,7 +45,7 @@ def main() -> None:
     replicas, events_fd = int(sys.argv[1]), int(sys.argv[2])
     plan = DevicePlan(kind=DeviceKind.CPU, replicas=replicas, gpus=(),
                       env={"CUDA_VISIBLE_DEVICES": ""}, names=[], note="")
-    from mgpu_gui.core.strategy import apply_device_env, make_strategy
+    from mgpu_gui.engine.strategy import apply_device_env, make_strategy
 
     apply_device_env(plan)
     strategy, xops = make_strategy(plan)

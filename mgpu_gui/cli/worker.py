@@ -1,0 +1,100 @@
+"""`mgpu-train worker`: one machine of a run across several machines.
+
+    mgpu-train worker --cluster 10.0.0.1:2222,10.0.0.2:2222 --index 0 [train options]
+
+Every machine runs the same command with the same settings and its own
+`--index`; worker 0 is the chief. Each goes through the same supervisor and
+worker process as `mgpu-train train`: the cluster travels in the run folder
+(`cluster.json`) and the worker sets TF_CONFIG from it before TensorFlow starts.
+The chief's run folder is a normal run (history, checkpoints, export, the run
+store); the other workers train in a temporary run folder deleted at the end.
+
+Started again after a failure, the chief continues the latest unfinished run
+of the same cluster and settings in its output folder (`--new` starts afresh),
+so "restart every worker with the same command" resumes the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from mgpu_gui.core.children.supervisor import prepare_resume, prepare_run
+from mgpu_gui.core.devices.nvml import query_inventory
+from mgpu_gui.core.runs.cluster import (
+    DEFAULT_PEER_TIMEOUT_S,
+    DEFAULT_START_TIMEOUT_S,
+    ClusterSpec,
+    check_port_free,
+    one_replica_per_cpu_worker,
+    resumable_run,
+    write_cluster,
+)
+
+
+def add_worker_parser(sub: argparse._SubParsersAction,
+                      add_train_arguments) -> argparse.ArgumentParser:
+    worker = sub.add_parser(
+        "worker", help="train across machines: run this on each, with the same settings",
+        description="One worker of a multi-machine run (TensorFlow's "
+                    "MultiWorkerMirroredStrategy). Start it on every machine with the same "
+                    "--cluster and settings, each with its own --index; worker 0, the chief, "
+                    "writes the run folder. TensorFlow's servers listen on every interface "
+                    "without authentication: use a trusted network only.")
+    worker.add_argument("--cluster", required=True, metavar="HOST:PORT,...",
+                        help="every worker's host:port, the chief first; the same list on "
+                             "every machine")
+    worker.add_argument("--index", type=int, required=True,
+                        help="this machine's position in --cluster (0: the chief)")
+    worker.add_argument("--start-timeout", type=float, default=DEFAULT_START_TIMEOUT_S,
+                        metavar="S", help="seconds for every worker to join (default "
+                                          f"{DEFAULT_START_TIMEOUT_S:g})")
+    worker.add_argument("--peer-timeout", type=float, default=DEFAULT_PEER_TIMEOUT_S,
+                        metavar="S", help="a worker silent this long counts as lost and the "
+                                          f"others stop (default {DEFAULT_PEER_TIMEOUT_S:g})")
+    worker.add_argument("--new", action="store_true",
+                        help="chief: start a new run even when an unfinished run of this "
+                             "cluster and settings can be resumed")
+    add_train_arguments(worker)
+    worker.add_argument("--store", type=Path, default=argparse.SUPPRESS,
+                        help="the run history database (the chief's)")
+    return worker
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from mgpu_gui.cli import (
+        main as cli,  # the shared option parsing and supervision; cli imports us
+    )
+
+    spec = ClusterSpec.parse(args.cluster, args.index, start_timeout_s=args.start_timeout,
+                             peer_timeout_s=args.peer_timeout)
+    inventory = query_inventory()
+    config = one_replica_per_cpu_worker(cli.config_from_args(args), inventory)
+    check_port_free(spec.port)  # before any folder is made; the worker checks again
+    again = (f"To resume, run the same `mgpu-train worker` command on every machine again "
+             f"({len(spec.workers)} workers); the chief continues after its last complete "
+             f"epoch.")
+    if not spec.is_chief:
+        scratch = Path(tempfile.mkdtemp(prefix="mgpu-worker-"))
+        try:
+            run = dataclasses.replace(
+                prepare_run(config.replace(output_dir=str(scratch)), inventory), temporary=True)
+            write_cluster(run.run_dir, spec)
+            return cli._supervise(run, args, None, again)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+    store = cli._open_store_for_training(args)
+    previous = None if args.new else resumable_run(config, spec)
+    if previous is not None:
+        print(f"Resuming the cluster run in {previous.path} after epoch "
+              f"{previous.backup_epoch()} (--new starts a new run instead).",
+              file=sys.stderr if args.json else sys.stdout)
+        run = prepare_resume(previous.path, inventory, store)
+    else:
+        run = prepare_run(config, inventory, store)
+    write_cluster(run.run_dir, spec)
+    return cli._supervise(run, args, store, again)

@@ -1,0 +1,155 @@
+"""Run one short-lived worker child at a time: request in, JSON events out, cancellable.
+
+Qt-free and TensorFlow-free, shared by the batch finder (core/tools/batch_finder.py)
+and the scaling test (core/tools/scaling_runner.py). A child gets its request as JSON on
+stdin and writes its events as JSON lines to an inherited pipe (`--events-fd`);
+what it prints (stdout and stderr) is read on a helper thread, passed on and its
+last lines kept, for the message when it dies without a result. The child starts
+in its own session, so a terminal's Ctrl-C reaches only the parent.
+`cancel()` may be called from any thread: it kills the running child, and no
+other child starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from mgpu_gui.core.eventtext import is_startup_noise
+
+OUTPUT_TAIL_LINES = 12
+CHILD_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
+
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class ChildExit(Generic[R]):
+    """How one child ended: its result (None when it sent none), exit code, last lines."""
+
+    result: R | None
+    code: int
+    tail: tuple[str, ...]
+
+
+class ChildProcesses:
+    """Starts children one at a time; `cancel()` kills the running one for good."""
+
+    def __init__(self, thread_name: str = "child-output"):
+        self.thread_name = thread_name
+        self._proc: subprocess.Popen | None = None
+        self._cancelled = False
+        self._lock = threading.Lock()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._cancelled = True
+            proc = self._proc
+        if proc is not None and proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+
+    def run(self, command: Callable[[int], list[str]], request: dict[str, Any],
+            env: dict[str, str], on_message: Callable[[dict[str, Any]], R | None],
+            on_output: Callable[[str], None] | None = None) -> ChildExit[R] | None:
+        """Run `command(events_fd)` to its end, `env` added to this environment.
+
+        `on_message` gets each event; what it returns (not None) is the child's result.
+        None when cancelled before the child started.
+        """
+        events_r, events_w = os.pipe()
+        env = {**os.environ, **CHILD_ENV, **env}
+        try:
+            with self._lock:
+                if self._cancelled:
+                    os.close(events_r)
+                    return None
+                self._proc = proc = subprocess.Popen(
+                    command(events_w), pass_fds=(events_w,), env=env,
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                    start_new_session=True)  # a terminal's Ctrl-C reaches only the parent
+        except BaseException:
+            os.close(events_r)
+            raise
+        finally:
+            os.close(events_w)
+        tail: deque[str] = deque(maxlen=OUTPUT_TAIL_LINES)
+        pump = threading.Thread(target=_pump, args=(proc, tail, on_output), daemon=True,
+                                name=self.thread_name)
+        pump.start()
+        assert proc.stdin is not None
+        with contextlib.suppress(BrokenPipeError, OSError):
+            proc.stdin.write(json.dumps(request).encode())
+            proc.stdin.close()
+        result = None
+        with os.fdopen(events_r, "r", encoding="utf-8") as events:
+            for line in events:
+                try:
+                    message: dict[str, Any] = json.loads(line)
+                except ValueError:
+                    continue  # a torn line from a dying child
+                result = on_message(message) or result
+        code = proc.wait()
+        pump.join(timeout=5)
+        with self._lock:
+            self._proc = None
+        return ChildExit(result, code, tuple(tail))
+
+
+def _pump(proc: subprocess.Popen, tail: deque[str],
+          on_output: Callable[[str], None] | None) -> None:
+    assert proc.stdout is not None
+    with proc.stdout:
+        for raw in proc.stdout:
+            line = raw.decode("utf-8", errors="replace").rstrip("\n")
+            tail.append(line)
+            if on_output is not None:
+                on_output(line)
+
+
+def died_text(code: int, tail: Sequence[str]) -> tuple[str, str]:
+    """How a child ended ("was killed by SIGKILL") and its last words (" Last output: ..."),
+    startup noise left out; the second is empty when it said nothing."""
+    if code < 0:
+        try:
+            how = f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            how = f"was killed by signal {-code}"
+    else:
+        how = f"exited with code {code}"
+    said = [line for line in tail if not is_startup_noise(line)][-4:]
+    last = " Last output: " + " | ".join(said) if said else ""
+    return how, last
+
+
+def cancel_on_interrupt(cancel: Callable[[], None], what: str) -> Callable[[], bool]:
+    """In a terminal command: Ctrl-C (or SIGTERM) says "Cancelling the <what>..." and
+    calls `cancel` (which kills the running child; it started in its own session, so
+    the signal reaches only this process). Returns "was it interrupted?"."""
+    seen = [False]
+
+    def on_interrupt(signum, frame):
+        seen[0] = True
+        print(f"\nCancelling the {what}...", file=sys.stderr, flush=True)
+        cancel()
+
+    signal.signal(signal.SIGINT, on_interrupt)
+    signal.signal(signal.SIGTERM, on_interrupt)
+    return lambda: seen[0]
+
+
+__all__ = ["OUTPUT_TAIL_LINES", "ChildExit", "ChildProcesses", "cancel_on_interrupt",
+           "died_text"]

@@ -1,0 +1,325 @@
+"""Prepare a run and supervise its worker process: the part the CLI and GUI share.
+
+Qt-free and TensorFlow-free: it checks what can be checked instantly, creates
+the run folder, starts `mgpu_gui.processes.training_worker` with its own device environment, and
+turns the worker's event pipe back into `Event` objects.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mgpu_gui.core.children.launch import module_command
+from mgpu_gui.core.config import RunConfig
+from mgpu_gui.core.devices.nvml import GpuInventory, query_inventory
+from mgpu_gui.core.devices.plan import DevicePlan, plan_devices
+from mgpu_gui.core.errors import UserError
+from mgpu_gui.core.events import (
+    BatchEnd,
+    Event,
+    Phase,
+    RunFailed,
+    RunFinished,
+    RunStatus,
+    parse_event,
+)
+from mgpu_gui.core.eventtext import is_startup_noise
+from mgpu_gui.core.runs import claims, preflight
+from mgpu_gui.core.runs.folder import RunDir, create_run_dir
+from mgpu_gui.core.runs.lock import RunLock
+from mgpu_gui.core.runs.store import RunRecorder, RunStore
+
+OUTPUT_TAIL_LINES = 40
+MESSAGE_TAIL_LINES = 12
+
+
+@dataclass(frozen=True)
+class PreparedRun:
+    """A run folder ready for its worker; `lock` marks it live until the worker holds it."""
+
+    config: RunConfig
+    plan: DevicePlan
+    run_dir: RunDir
+    lock: RunLock | None = None
+    run_id: int | None = None  # in the run store, when one is used
+    resumed: bool = False
+    temporary: bool = False  # a cluster's non-chief worker: its folder goes at the end
+
+    def release(self) -> None:
+        """Give up a run that will not be started."""
+        if self.lock is not None:
+            self.lock.release()
+
+
+@dataclass
+class RunOutcome:
+    """How a run ended, in words for the user."""
+
+    status: RunStatus
+    message: str
+    traceback: str = ""
+    exit_code: int | None = None
+    events: list[Event] = field(default_factory=list)
+
+
+def prepare_run(config: RunConfig, inventory: GpuInventory | None = None,
+                store: RunStore | None = None, *, allow_busy: bool = False) -> PreparedRun:
+    """Check everything that needs no TensorFlow, then create the run folder.
+
+    Raises a UserError before any file is written when the input is wrong, and
+    a DevicesBusyError when its devices are held by another live run or (unless
+    `allow_busy`) run a process outside the app.
+    """
+    config.check()
+    # Absolute: the worker and the export verifier run in other folders.
+    config = config.replace(output_dir=str(config.output_path.absolute()))
+    inventory = inventory if inventory is not None else query_inventory()
+    plan = _plan(config, inventory, store, allow_busy)
+    preflight.check(config, plan.replicas)
+    run_dir = create_run_dir(config)
+    run_dir.plan_json.write_text(plan.to_json())
+    lock = RunLock.acquire(run_dir.path)  # before the store lists it as running
+    run_id = None
+    if store is not None:
+        try:
+            run_id = store.add_run(run_dir, config)
+            store.begin_attempt(run_id)
+            claims.claim(store.database, run_id, plan, inventory)
+        except claims.DevicesBusyError:
+            lock.release()  # another app instance took a device a moment ago
+            if run_id is not None:
+                store.delete(run_id)
+            shutil.rmtree(run_dir.path, ignore_errors=True)
+            raise
+        except BaseException:
+            lock.release()
+            raise
+    return PreparedRun(config=config, plan=plan, run_dir=run_dir, lock=lock, run_id=run_id)
+
+
+def _plan(config: RunConfig, inventory: GpuInventory, store: RunStore | None,
+          allow_busy: bool) -> DevicePlan:
+    """The devices to use: with a store, only those no other live run holds."""
+    if store is None:
+        return plan_devices(config.devices, inventory)
+    held, busy = claims.in_use(store.database, inventory.gpus)
+    return claims.plan_free(config.devices, inventory, held, busy, allow_busy)
+
+
+def prepare_resume(run_folder: Path, inventory: GpuInventory | None = None,
+                   store: RunStore | None = None, *, allow_busy: bool = False) -> PreparedRun:
+    """Check that a stopped, failed or interrupted run can go on, and take its lock.
+
+    The worker continues from the run's backup: the last complete epoch.
+    """
+    run_dir = RunDir(run_folder.absolute())
+    if not run_dir.config_json.exists():
+        raise UserError(f"{run_folder} is not a run folder (it has no config.json).")
+    lock = RunLock.acquire(run_dir.path)  # refuses a run that is still running
+    try:
+        config = run_dir.read_config()
+        ended = run_dir.final_status()
+        record = store.find_dir(run_dir.path) if store is not None else None
+        if record is not None and record.status.value in (RunStatus.COMPLETED,
+                                                          RunStatus.EARLY_STOPPED):
+            ended = RunStatus(record.status.value)
+        if ended in (RunStatus.COMPLETED, RunStatus.EARLY_STOPPED):
+            raise UserError(
+                f"The run in {run_dir.path} already {ended.value.replace('_', ' ')} "
+                f"({run_dir.backup_epoch()} of {config.epochs} epochs); there is nothing to "
+                f"resume. Export its model, or start a new run.")
+        inventory = inventory if inventory is not None else query_inventory()
+        plan = _plan(config, inventory, store, allow_busy)
+        preflight.check(config, plan.replicas)
+        run_dir.plan_json.write_text(plan.to_json())
+        run_id = None
+        if store is not None:
+            run_id = store.add_run(run_dir, config)
+            claims.claim(store.database, run_id, plan, inventory)
+            store.begin_attempt(run_id)
+    except BaseException:
+        lock.release()
+        raise
+    return PreparedRun(config=config, plan=plan, run_dir=run_dir, lock=lock, run_id=run_id,
+                       resumed=True)
+
+
+def worker_command(run_dir: RunDir, events_fd: int, control_fd: int, lock_fd: int | None = None,
+                   nice: int = 0) -> list[str]:
+    return module_command(
+        "mgpu_gui.processes.training_worker", str(run_dir.path),
+        "--events-fd", str(events_fd), "--control-fd", str(control_fd),
+        *(["--lock-fd", str(lock_fd)] if lock_fd is not None else []),
+        *(["--nice", str(nice)] if nice else []))
+
+
+class WorkerProcess:
+    """One worker process: its event stream, its output, stop and kill."""
+
+    def __init__(self, run: PreparedRun, *, on_output: Callable[[str], None] | None = None,
+                 env: dict[str, str] | None = None, nice: int = 0,
+                 store: RunStore | None = None):
+        """`nice` lowers the worker's CPU priority: where training saturates the CPU,
+        an interactive supervisor (the GUI) still gets a core when it needs one.
+        With a `store` (and `run.run_id`), every event is recorded there."""
+        self.run = run
+        self._recorder: RunRecorder | None = (
+            store.recorder(run.run_id) if store is not None and run.run_id is not None else None)
+        self._outcome: RunOutcome | None = None
+        self.nice = nice
+        self.on_output = on_output
+        self.extra_env = env or {}
+        self.output_tail: deque[str] = deque(maxlen=OUTPUT_TAIL_LINES)
+        self.events_seen: list[Event] = []
+        self._proc: subprocess.Popen | None = None
+        self._control = None
+        self._events = None
+        self._output_thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        events_r, events_w = os.pipe()
+        control_r, control_w = os.pipe()
+        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1",
+               **self.run.plan.env, **self.extra_env}
+        lock = self.run.lock
+        lock_fd = lock.fd if lock is not None and lock.fd >= 0 else None
+        try:
+            self._proc = subprocess.Popen(
+                worker_command(self.run.run_dir, events_w, control_r, lock_fd, self.nice),
+                pass_fds=(events_w, control_r, *([lock_fd] if lock_fd is not None else [])),
+                env=env, stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                start_new_session=True,  # a terminal's Ctrl-C reaches only the supervisor
+            )
+        finally:
+            os.close(events_w)
+            os.close(control_r)
+            if lock is not None:
+                lock.release()  # the worker holds it from here (or the run never started)
+        self._events = os.fdopen(events_r, "r", encoding="utf-8")
+        self._control = os.fdopen(control_w, "w", buffering=1, encoding="utf-8")
+        self._output_thread = threading.Thread(target=self._pump_output, name="worker-output",
+                                               daemon=True)
+        self._output_thread.start()
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def events(self) -> Iterator[Event]:
+        """Yield events until the worker closes its channel (it ended or died)."""
+        assert self._events is not None, "start() first"
+        for line in self._events:
+            try:
+                event = parse_event(line)
+            except (ValueError, KeyError, TypeError):
+                continue  # a torn line from a dying worker
+            if not isinstance(event, BatchEnd):  # a long run sends millions of those
+                self.events_seen.append(event)
+            if self._recorder is not None:
+                self._recorder.handle(event)
+            yield event
+        self._events.close()
+        if self._recorder is not None:
+            self._recorder.flush()
+
+    def request_stop(self) -> None:
+        """Ask for a stop at the next batch boundary; the backup stays resumable."""
+        if self._control is None:
+            return
+        with contextlib.suppress(BrokenPipeError, ValueError):
+            self._control.write("stop\n")
+
+    def kill(self) -> None:
+        if self._proc and self._proc.poll() is None:
+            self._proc.kill()
+
+    def wait(self, timeout: float | None = None) -> int:
+        assert self._proc is not None
+        code = self._proc.wait(timeout)
+        if self._output_thread is not None:
+            self._output_thread.join(timeout=5)
+        if self._control is not None:
+            with contextlib.suppress(BrokenPipeError):
+                self._control.close()
+            self._control = None
+        return code
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """Graceful stop, then a hard kill when the worker does not end in time."""
+        self.request_stop()
+        try:
+            return self.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return self.wait()
+
+    def outcome(self) -> RunOutcome:
+        """After the worker ended: its final status, or why it died (recorded in the store)."""
+        if self._outcome is None:
+            self._outcome = self._find_outcome()
+            if self._recorder is not None:
+                self._recorder.finish(self._outcome.status, self._outcome.message)
+                self._recorder = None
+        return self._outcome
+
+    def _find_outcome(self) -> RunOutcome:
+        code = self.wait()
+        if self._events is not None:
+            self._events.close()  # the caller may have stopped reading early
+        for event in reversed(self.events_seen):
+            if isinstance(event, RunFinished):
+                return RunOutcome(event.status, event.message, exit_code=code,
+                                  events=self.events_seen)
+            if isinstance(event, RunFailed):
+                run_dir = self.run.run_dir
+                if (event.phase is Phase.SETUP and not self.run.resumed
+                        and not run_dir.has_progress()):
+                    shutil.rmtree(run_dir.path, ignore_errors=True)  # leave no files behind
+                return RunOutcome(RunStatus.FAILED, event.message, event.traceback, code,
+                                  self.events_seen)
+        how = f"was killed by {_signal_name(-code)}" if code < 0 else f"exited with code {code}"
+        said = [line for line in self.output_tail if not is_startup_noise(line)]
+        tail = "\n".join(said[-MESSAGE_TAIL_LINES:]) or "(nothing besides TensorFlow's start-up)"
+        done = self.run.run_dir.backup_epoch()
+        if self.run.temporary:
+            kept = "The chief's run folder keeps the completed epochs."
+        elif done:
+            kept = (f"{done} completed epoch{' is' if done == 1 else 's are'} kept in "
+                    f"{self.run.run_dir.path}; resuming continues at epoch {done + 1}.")
+        else:
+            kept = f"No epoch had completed; its folder {self.run.run_dir.path} is kept."
+        return RunOutcome(
+            RunStatus.FAILED,
+            f"The training process {how} without reporting an error (a crash, or killed "
+            f"for lack of memory). {kept} Last output lines:\n{tail}",
+            exit_code=code, events=self.events_seen,
+        )
+
+    def _pump_output(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        log_path: Path = self.run.run_dir.worker_log
+        with self._proc.stdout, open(log_path, "a", encoding="utf-8", errors="replace") as log:
+            for raw in self._proc.stdout:
+                line = raw.decode("utf-8", errors="replace").rstrip("\n")
+                log.write(line + "\n")
+                log.flush()
+                self.output_tail.append(line)
+                if self.on_output is not None:
+                    self.on_output(line)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return f"signal {number} ({signal.Signals(number).name})"
+    except ValueError:
+        return f"signal {number}"

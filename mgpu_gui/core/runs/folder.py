@@ -1,0 +1,198 @@
+"""The run folder: one per run, holding its config, events, checkpoints and exports.
+
+`events.jsonl` is the durable record of a run: everything else (a GUI's curves,
+a future run store) can be rebuilt from it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from mgpu_gui.core.config import DEMO, RunConfig
+from mgpu_gui.core.errors import OutputError
+from mgpu_gui.core.events import (
+    EpochEnd,
+    Event,
+    RunFailed,
+    RunFinished,
+    RunStarted,
+    RunStatus,
+    parse_event,
+)
+from mgpu_gui.core.runs.checkpoints import read_backup
+
+EXPORT_NAMES = {"keras": "model.keras", "h5": "model.h5", "savedmodel": "model_savedmodel"}
+
+
+@dataclass(frozen=True)
+class RunDir:
+    path: Path
+
+    @property
+    def config_json(self) -> Path:
+        return self.path / "config.json"
+
+    @property
+    def plan_json(self) -> Path:
+        return self.path / "plan.json"
+
+    @property
+    def cluster_json(self) -> Path:
+        """A multi-worker run's cluster (cluster.py); absent on one machine."""
+        return self.path / "cluster.json"
+
+    @property
+    def events_jsonl(self) -> Path:
+        return self.path / "events.jsonl"
+
+    @property
+    def worker_log(self) -> Path:
+        return self.path / "worker.log"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.path / "checkpoints"
+
+    @property
+    def best_checkpoint(self) -> Path:
+        return self.checkpoints / "best.keras"
+
+    @property
+    def last_checkpoint(self) -> Path:
+        return self.checkpoints / "last.keras"
+
+    @property
+    def backup(self) -> Path:
+        return self.path / "backup"
+
+    @property
+    def history_csv(self) -> Path:
+        return self.path / "history.csv"
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.path / "tensorboard"
+
+    def export_path(self, fmt: str) -> Path:
+        return self.path / EXPORT_NAMES[fmt]
+
+    def trained_model(self) -> Path | None:
+        """The model a run stands for: its verified export, else its last complete epoch."""
+        for candidate in (self.export_path("keras"), self.last_checkpoint):
+            if candidate.exists():
+                return candidate
+        return None
+
+    def read_config(self) -> RunConfig:
+        return RunConfig.from_json(self.config_json.read_text())
+
+    def events(self) -> list[Event]:
+        """The events recorded so far; a torn last line (a crash mid-write) is skipped."""
+        if not self.events_jsonl.exists():
+            return []
+        found = []
+        for line in self.events_jsonl.read_text().splitlines():
+            try:
+                found.append(parse_event(line))
+            except (ValueError, KeyError, TypeError):
+                continue
+        return found
+
+    def final_status(self) -> RunStatus | None:
+        """How the latest attempt ended, per its events (None: it has not ended)."""
+        for event in reversed(self.events()):
+            if isinstance(event, RunFinished):
+                return event.status
+            if isinstance(event, RunFailed):
+                return RunStatus.FAILED
+            if isinstance(event, RunStarted):
+                return None
+        return None
+
+    def backup_epoch(self) -> int:
+        """Epochs already completed according to the backup's metadata (0: fresh).
+
+        The metadata is replaced atomically and only after the model file it
+        names is complete (see checkpoints.py), so this count can be trusted.
+        """
+        state = read_backup(self.backup)
+        return state.epoch if state is not None else 0
+
+    def has_progress(self) -> bool:
+        """True once any epoch finished: such a folder is never deleted on a failure."""
+        return self.backup_epoch() > 0 or self.last_checkpoint.exists() or any(
+            isinstance(e, EpochEnd) for e in self.events())
+
+    def previous_best(self, monitor: str,
+                      before_epoch: int | None = None) -> tuple[int, float] | None:
+        """The best epoch recorded before a resume, so a worse one is never called best.
+
+        `before_epoch`: only epochs the resume keeps count (a crash can record an
+        epoch that its backup did not commit; the resume redoes it).
+        """
+        best = None
+        for event in self.events():
+            if before_epoch is not None and isinstance(event, EpochEnd) and (
+                    event.epoch >= before_epoch):
+                continue
+            if isinstance(event, EpochEnd) and monitor in event.metrics:
+                value = event.metrics[monitor]
+                if best is None or value < best[1]:
+                    best = (event.epoch, value)
+        return best
+
+
+def create_run_dir(config: RunConfig) -> RunDir:
+    """Make a fresh, uniquely named run folder, or say why the output folder can't be used."""
+    root = config.output_path
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except FileExistsError as error:
+        raise OutputError(
+            f"Cannot use output folder {root}: {error.filename} exists and is not a folder. "
+            f"Choose another output folder."
+        ) from error
+    except OSError as error:
+        raise OutputError(_unwritable(root, error)) from error
+    if not root.is_dir():
+        raise OutputError(f"Cannot use output folder {root}: it is not a folder. "
+                          f"Choose another output folder.")
+    stem = _slug(config.run_name or _default_name(config))
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for attempt in range(1000):
+        path = root / (f"{stamp}-{stem}" + (f"-{attempt}" if attempt else ""))
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        except OSError as error:
+            raise OutputError(_unwritable(root, error)) from error
+        run_dir = RunDir(path)
+        try:
+            run_dir.config_json.write_text(config.to_json())
+        except OSError as error:
+            shutil.rmtree(path, ignore_errors=True)
+            raise OutputError(_unwritable(root, error)) from error
+        return run_dir
+    raise OutputError(f"Could not create a new run folder in {root}; clean up old runs there.")
+
+
+def _default_name(config: RunConfig) -> str:
+    if config.model == DEMO:
+        return "demo"
+    return Path(os.path.expanduser(config.model)).stem
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.")[:60] or "run"
+
+
+def _unwritable(root: Path, error: OSError) -> str:
+    reason = error.strerror or str(error)
+    return (f"Cannot write to output folder {root}: {reason}. "
+            f"Choose a folder you can write to (--output-dir).")

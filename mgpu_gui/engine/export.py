@@ -1,0 +1,513 @@
+"""Export a trained model as `.keras`, legacy `.h5` or a TensorFlow SavedModel, verified.
+
+Why the care: an export is what users ship, so a broken one must never replace a
+good one. Each export is written under a temporary name in the target's folder,
+reloaded in a fresh Python process (no strategy, `CUDA_VISIBLE_DEVICES=""`, so
+nothing of the training process or its GPUs helps it load), its predictions on
+a sample compared with the in-memory model's, and only then renamed over the
+target. A model built under `MirroredStrategy` saves as the plain single-device
+model: the files hold values, not distributed variables.
+
+Class names, when given, go into `<stem>.classes.json` beside a `.keras`/`.h5`
+file, and into `classes.json` inside a SavedModel folder (so the folder moves
+as one unit and is replaced atomically with its model). The file is
+`{"class_names": [...]}`.
+
+The verifying process loads with `safe_mode=True` unless the user allowed the
+model's Lambda code, and with the same custom-objects file the run used.
+Out of scope: models with several inputs.
+
+Keras and TensorFlow are imported inside functions only: the GUI imports this
+module for `default_export_path` and `ExportResult` without loading them.
+
+The verifying child is this module: `python -m mgpu_gui.engine.export verify FMT
+PATH IN.npy OUT.npz`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mgpu_gui.core.children.launch import module_command
+from mgpu_gui.core.config import EXPORT_FORMATS
+from mgpu_gui.core.errors import ExportError
+from mgpu_gui.core.runs.folder import RunDir
+from mgpu_gui.engine.precision import float32_policies
+
+# Predictions must agree within this, scaled by the output's magnitude when it exceeds 1.
+TOLERANCE = 1e-5
+UNSAFE_FLAG = "--allow-unsafe-code"
+CUSTOM_OBJECTS_FLAG = "--custom-objects"
+VERIFY_TIMEOUT_S = 300.0  # TensorFlow import alone takes 2-4 s; big models take longer to load
+_BATCH = 256  # forward passes in chunks so a large sample does not need one huge tensor
+_ERROR_MARK = "MGPU-EXPORT-VERIFY-ERROR: "  # the child's last word on why loading failed
+_FILE_SUFFIXES = {"keras": (".keras",), "h5": (".h5", ".hdf5")}
+_MODEL_FILE_SUFFIXES = (".keras", ".h5", ".hdf5")
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """What was written; `verified` is False only when verification was skipped."""
+
+    path: Path
+    format: str
+    verified: bool
+    max_abs_diff: float  # NaN when not verified
+    classes_path: Path | None = None
+    verify_s: float = 0.0  # wall time of the fresh-process check
+
+
+def default_export_path(run_dir: Path, fmt: str) -> Path:
+    """Where a run's export of `fmt` goes: `model.keras`, `model.h5`, `model_savedmodel/`."""
+    _check_format(fmt)
+    return RunDir(Path(run_dir)).export_path(fmt)
+
+
+def classes_path_for(out: Path, fmt: str) -> Path:
+    """Where the class names of the export at `out` live (see the module docstring)."""
+    out = Path(out)
+    if fmt == "savedmodel":
+        return out / "classes.json"
+    return out.with_name(f"{out.stem}.classes.json")
+
+
+def export_model(
+    model: Any,
+    out: Path,
+    fmt: str,
+    *,
+    sample_x: np.ndarray,
+    class_names: Sequence[str] | None = None,
+    verify: bool = True,
+    safe_mode: bool = True,
+    custom_objects_file: str | Path | None = None,
+) -> ExportResult:
+    """Write `model` to `out` as `fmt`, verify it in a fresh process, then put it in place.
+
+    `sample_x` is a small batch of real inputs (a few dozen rows is plenty: each
+    row is run twice). On any failure the target is left as it was and no
+    temporary file remains. `verify=False` skips the fresh-process check (the
+    write is still atomic); the result then says `verified=False`. `safe_mode=False`
+    (only with the user's consent to run the model's Lambda code) applies to the reload.
+    """
+    out = Path(out).expanduser().absolute()  # the verifier runs in another folder
+    _check_target(out, fmt)
+    x = _as_sample(model, sample_x)
+    names = _check_class_names(class_names)
+    # A mixed-precision model is exported with every layer in float32: it loads and
+    # predicts in float32 anywhere, CPUs without bfloat16/float16 kernels included.
+    with float32_policies(model):
+        return _export_model(model, out, fmt, x, names, verify, safe_mode, custom_objects_file)
+
+
+def _export_model(model: Any, out: Path, fmt: str, x: np.ndarray, names: list[str] | None,
+                  verify: bool, safe_mode: bool,
+                  custom_objects_file: str | Path | None) -> ExportResult:
+    reference: list[np.ndarray] = []
+    if verify:
+        try:
+            reference = _predict(lambda b: model(b, training=False), x)
+        except Exception as e:  # wrong shape or dtype for this model
+            raise ExportError(
+                f"The verification sample (shape {x.shape}) does not fit the model: "
+                f"{type(e).__name__}: {e}"
+            ) from e
+    if names is not None and reference:
+        _check_classes_match(names, reference[0])
+
+    token = secrets.token_hex(4)
+    if fmt == "savedmodel":
+        tmp = out.with_name(f".{out.name}.{token}.tmp")
+    else:
+        # Keras picks the format from the suffix, so the temporary name keeps it.
+        tmp = out.with_name(f".{out.stem}.{token}.tmp{out.suffix}")
+    classes_tmp: Path | None = None
+    try:
+        _write(model, tmp, fmt)
+        if names is not None:
+            payload = json.dumps({"class_names": names}, indent=2) + "\n"
+            if fmt == "savedmodel":
+                (tmp / "classes.json").write_text(payload, encoding="utf-8")
+            else:
+                classes_tmp = out.with_name(f".{out.stem}.{token}.tmp.classes.json")
+                classes_tmp.write_text(payload, encoding="utf-8")
+        diff, seconds = math.nan, 0.0
+        if verify:
+            started = time.monotonic()
+            reloaded = _run_verifier(fmt, tmp, x, safe_mode, custom_objects_file)
+            seconds = time.monotonic() - started
+            diff = _compare(reference, reloaded, out)
+        _put_in_place(tmp, out, fmt)
+        classes_path = classes_path_for(out, fmt) if names is not None else None
+        if classes_tmp is not None and classes_path is not None:
+            # Without class names an existing classes file is left alone: `model.keras`
+            # and `model.h5` share `model.classes.json`.
+            os.replace(classes_tmp, classes_path)
+    except OSError as e:
+        raise ExportError(f"Could not write the {fmt} export to {out}: {e}") from e
+    finally:
+        _remove(tmp)
+        if classes_tmp is not None:
+            _remove(classes_tmp)
+    return ExportResult(out, fmt, verify, diff, classes_path, seconds)
+
+
+def export_file(
+    src: Path,
+    out: Path,
+    fmt: str,
+    *,
+    sample_x: np.ndarray | None = None,
+    class_names: Sequence[str] | None = None,
+) -> ExportResult:
+    """Convert a run's `.keras` or `.h5` model to `fmt` (the CLI's `mgpu-train export`).
+
+    Loads with `safe_mode=True` and `compile=False`: exporting never runs code
+    stored in the file. Without `sample_x`, a deterministic random batch shaped
+    like the model's input is used, which checks the file, not the data.
+    Without `class_names`, those of `src` (its `<stem>.classes.json`) carry over.
+    """
+    src = Path(src).expanduser().absolute()
+    _check_format(fmt)
+    if not src.is_file():
+        raise ExportError(f"Model file not found: {src}. Give the .keras or .h5 file of a run.")
+    if src.suffix.lower() not in _MODEL_FILE_SUFFIXES:
+        raise ExportError(
+            f"{src.name} is not a Keras model file; give a .keras or .h5 file of a run."
+        )
+    import keras
+
+    try:
+        model = keras.saving.load_model(src, compile=False, safe_mode=True)
+    except Exception as e:  # Keras raises many types for a bad file; all mean "cannot load"
+        raise ExportError(f"Could not load {src}: {type(e).__name__}: {e}") from e
+    if sample_x is None:
+        sample_x = random_sample(model)
+    if class_names is None:
+        class_names = _read_class_names(classes_path_for(src, "keras"))
+    return export_model(model, out, fmt, sample_x=sample_x, class_names=class_names)
+
+
+def random_sample(model: Any, rows: int = 8, seed: int = 0) -> np.ndarray:
+    """A deterministic batch shaped like the model's single input (unknown sizes -> 32)."""
+    inputs = _model_inputs(model)
+    shape = tuple(32 if d is None else int(d) for d in inputs[0].shape[1:])
+    dtype = np.dtype(_dtype_name(inputs[0].dtype))
+    rng = np.random.default_rng(seed)
+    if np.issubdtype(dtype, np.integer):
+        return rng.integers(0, 2, size=(rows, *shape)).astype(dtype)  # valid for any Embedding
+    return rng.random((rows, *shape)).astype(dtype)
+
+
+# -- checks ------------------------------------------------------------------
+
+
+def _check_format(fmt: str) -> None:
+    if fmt not in EXPORT_FORMATS:
+        raise ExportError(f"Unknown export format {fmt!r}; use one of {', '.join(EXPORT_FORMATS)}.")
+
+
+def _check_target(out: Path, fmt: str) -> None:
+    _check_format(fmt)
+    suffix = out.suffix.lower()
+    if fmt == "savedmodel":
+        if suffix in _MODEL_FILE_SUFFIXES:
+            raise ExportError(
+                f"A SavedModel is a folder, but {out.name} ends in {out.suffix}; "
+                f"give a folder name without {out.suffix} (e.g. {out.stem}_savedmodel)."
+            )
+        if out.exists() and not out.is_dir():
+            raise ExportError(f"{out} is a file; a SavedModel needs a folder path.")
+    else:
+        allowed = _FILE_SUFFIXES[fmt]
+        if suffix not in allowed:
+            raise ExportError(
+                f"The {fmt} format needs a file name ending in {allowed[0]}; "
+                f"got {out.name!r}. Use {out.with_suffix(allowed[0]).name}."
+            )
+        if out.is_dir():
+            raise ExportError(f"{out} is a folder; give a file path ending in {allowed[0]}.")
+    folder = out.parent
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() or _through_file(folder) else "does not exist"
+        raise ExportError(
+            f"Cannot export to {out}: {folder} {what}. Choose an existing, writable folder."
+        )
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise ExportError(f"Cannot export to {out}: the folder {folder} is not writable.")
+
+
+def _through_file(path: Path) -> bool:
+    return any(p.is_file() for p in path.parents)
+
+
+def _read_class_names(path: Path) -> list[str] | None:
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        names = data["class_names"] if isinstance(data, dict) else data
+        if not isinstance(names, list):
+            raise TypeError(f"expected a list, got {type(names).__name__}")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ExportError(
+            f"Cannot read the class names in {path}: {e}. Fix or delete that file."
+        ) from e
+    return [str(n) for n in names]
+
+
+def _check_class_names(class_names: Sequence[str] | None) -> list[str] | None:
+    if not class_names:  # None or empty (regression data): no classes file
+        return None
+    names = [str(n) for n in class_names]
+    if len(set(names)) != len(names):
+        raise ExportError("Class names must be distinct; the list has duplicates.")
+    return names
+
+
+def _check_classes_match(names: list[str], first_output: np.ndarray) -> None:
+    width = first_output.shape[-1] if first_output.ndim > 1 else 1
+    if width == len(names) or (width == 1 and len(names) == 2):  # 1 unit: sigmoid, 2 classes
+        return
+    raise ExportError(
+        f"The model outputs {width} values per sample but {len(names)} class names were "
+        "given; pass the class names of the data the model was trained on."
+    )
+
+
+def _model_inputs(model: Any) -> list[Any]:
+    try:
+        inputs = list(model.inputs)
+    except (AttributeError, ValueError) as e:  # subclassed models that were never built
+        raise ExportError(
+            "The model has no defined inputs; build it (call it once) before exporting."
+        ) from e
+    if len(inputs) != 1:
+        raise ExportError(f"Only single-input models can be exported; this one has {len(inputs)}.")
+    return inputs
+
+
+def _as_sample(model: Any, sample_x: np.ndarray) -> np.ndarray:
+    """The sample in the model's input dtype: a SavedModel's signature accepts nothing else."""
+    x = np.asarray(sample_x)
+    if x.ndim == 0 or len(x) == 0:
+        raise ExportError("The verification sample is empty; pass at least one input row.")
+    try:
+        dtype = _dtype_name(model.inputs[0].dtype)
+    except (AttributeError, IndexError, ValueError, TypeError):
+        dtype = "float32" if np.issubdtype(x.dtype, np.floating) else x.dtype.name
+    return np.ascontiguousarray(x.astype(dtype, copy=False))
+
+
+def _dtype_name(dtype: Any) -> str:
+    return getattr(dtype, "name", None) or str(dtype)
+
+
+# -- writing -----------------------------------------------------------------
+
+
+def _write(model: Any, tmp: Path, fmt: str) -> None:
+    import keras
+
+    try:
+        if fmt == "keras":
+            keras.saving.save_model(model, tmp)
+        elif fmt == "h5":
+            # Optimizer state is for resuming, not inference, and legacy .h5 cannot
+            # hand it back to a Keras 3 optimizer anyway.
+            keras.saving.save_model(model, tmp, include_optimizer=False)
+        else:
+            model.export(str(tmp), format="tf_saved_model", verbose=False)
+    except OSError:
+        raise
+    except Exception as e:  # e.g. layers without get_config, untraceable call()
+        raise ExportError(
+            f"Keras could not save the model as {fmt}: {type(e).__name__}: {e}"
+        ) from e
+
+
+def _put_in_place(tmp: Path, out: Path, fmt: str) -> None:
+    if fmt != "savedmodel":
+        os.replace(tmp, out)
+        return
+    # A folder cannot be renamed over a non-empty one: move the old one aside,
+    # and delete it only once the new one is in place.
+    old = out.with_name(f".{out.name}.{secrets.token_hex(4)}.old") if out.exists() else None
+    if old is not None:
+        os.replace(out, old)
+    try:
+        os.replace(tmp, out)
+    except OSError:
+        if old is not None:
+            os.replace(old, out)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    elif path.exists() or path.is_symlink():
+        path.unlink(missing_ok=True)
+
+
+# -- verification ------------------------------------------------------------
+
+
+def _predict(call: Callable[[Any], Any], x: np.ndarray) -> list[np.ndarray]:
+    """Run `call` over `x` in chunks; outputs flattened (tf.nest order) and concatenated.
+
+    Used on both sides of the check so both see the same chunks. A direct call,
+    not `model.predict`: predict would go through the model's strategy and its
+    partial-batch pitfalls.
+    """
+    import tensorflow as tf
+
+    parts: list[list[np.ndarray]] = []
+    for start in range(0, len(x), _BATCH):
+        outputs = call(tf.constant(x[start : start + _BATCH]))
+        parts.append([np.asarray(o) for o in tf.nest.flatten(outputs)])
+    return [np.concatenate(chunk, axis=0) for chunk in zip(*parts, strict=True)]
+
+
+def _run_verifier(fmt: str, path: Path, x: np.ndarray, safe_mode: bool,
+                  custom_objects_file: str | Path | None) -> list[np.ndarray]:
+    """Predictions of the export at `path`, reloaded in a fresh Python process."""
+    with tempfile.TemporaryDirectory(prefix="mgpu-export-") as work:
+        x_path, y_path = Path(work, "x.npy"), Path(work, "y.npz")
+        np.save(x_path, x, allow_pickle=False)
+        env = dict(os.environ)
+        env["CUDA_VISIBLE_DEVICES"] = ""  # the export must load without the training GPUs
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        # Find this package even when it is not installed (a source checkout).
+        root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        cmd = module_command("mgpu_gui.engine.export", "verify", fmt, str(path), str(x_path),
+                             str(y_path), *([] if safe_mode else [UNSAFE_FLAG]))
+        if custom_objects_file is not None:
+            cmd += [CUSTOM_OBJECTS_FLAG, str(Path(custom_objects_file).expanduser().absolute())]
+        try:
+            done = subprocess.run(
+                cmd, cwd=work, env=env, capture_output=True, text=True,
+                timeout=VERIFY_TIMEOUT_S, check=False,
+            )
+        except subprocess.TimeoutExpired as e:
+            raise ExportError(
+                f"Verifying the {fmt} export timed out after {VERIFY_TIMEOUT_S:.0f} s "
+                "while reloading it in a fresh process."
+            ) from e
+        if done.returncode != 0:
+            raise ExportError(
+                f"The {fmt} export could not be reloaded in a fresh process, so it was not "
+                f"saved: {_child_error(done.returncode, done.stderr)}"
+            )
+        with np.load(y_path, allow_pickle=False) as data:
+            return [data[f"arr_{i}"] for i in range(len(data.files))]
+
+
+def _child_error(returncode: int, stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    for line in reversed(lines):
+        if line.startswith(_ERROR_MARK):
+            return line[len(_ERROR_MARK) :].replace("\\n", "\n")
+    how = f"signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
+    tail = "\n".join(lines[-15:]) or "(no output)"
+    return f"the verifying process failed ({how}):\n{tail}"
+
+
+def _compare(reference: list[np.ndarray], reloaded: list[np.ndarray], out: Path) -> float:
+    """Largest absolute difference; ExportError when any output disagrees beyond tolerance."""
+    if len(reference) != len(reloaded):
+        raise ExportError(
+            f"Verification failed for {out.name}: the reloaded model gives "
+            f"{len(reloaded)} outputs, the trained one {len(reference)}. Nothing was saved."
+        )
+    worst = 0.0
+    for i, (ref, got) in enumerate(zip(reference, reloaded, strict=True)):
+        if ref.shape != got.shape:
+            raise ExportError(
+                f"Verification failed for {out.name}: output {i} has shape {got.shape} "
+                f"after reloading, {ref.shape} before. Nothing was saved."
+            )
+        ref64, got64 = ref.astype(np.float64), got.astype(np.float64)
+        if not np.array_equal(np.isnan(ref64), np.isnan(got64)):
+            raise ExportError(
+                f"Verification failed for {out.name}: output {i} has NaNs in different "
+                "places after reloading. Nothing was saved."
+            )
+        finite = ~np.isnan(ref64)
+        if not finite.any():
+            continue
+        diff = float(np.max(np.abs(ref64[finite] - got64[finite]), initial=0.0))
+        if math.isnan(diff):  # inf - inf: both infinite, equal only if same sign
+            diff = 0.0 if np.array_equal(ref64[finite], got64[finite]) else math.inf
+        scale = max(1.0, float(np.max(np.abs(ref64[finite]), initial=0.0)))
+        if not diff <= TOLERANCE * scale:
+            raise ExportError(
+                f"Verification failed for {out.name}: output {i} of the reloaded model differs "
+                f"by up to {diff:.3g} (allowed {TOLERANCE * scale:.3g}). Nothing was saved."
+            )
+        worst = max(worst, diff)
+    return worst
+
+
+def _load_for_verify(fmt: str, path: str, safe_mode: bool,
+                     custom_objects_file: str | None) -> Callable[[Any], Any]:
+    if fmt == "savedmodel":
+        import tensorflow as tf
+
+        # Keep the loaded object alive: its variables die with it, not with `serve`.
+        loaded = tf.saved_model.load(path)
+        return lambda b: loaded.serve(b)
+    import keras
+
+    from mgpu_gui.engine.models import load_custom_objects
+
+    custom = load_custom_objects(custom_objects_file) if custom_objects_file else None
+    model = keras.saving.load_model(path, compile=False, safe_mode=safe_mode,
+                                    custom_objects=custom)
+    return lambda b: model(b, training=False)
+
+
+def _verify_main(argv: Sequence[str]) -> int:
+    """Child side: reload the export with nothing from the trainer and save its predictions."""
+    safe_mode = UNSAFE_FLAG not in argv
+    argv = [a for a in argv if a != UNSAFE_FLAG]
+    custom_objects_file = None
+    if CUSTOM_OBJECTS_FLAG in argv:
+        at = argv.index(CUSTOM_OBJECTS_FLAG)
+        custom_objects_file = argv[at + 1]
+        argv = argv[:at] + argv[at + 2:]
+    if len(argv) != 5 or argv[0] != "verify" or argv[1] not in EXPORT_FORMATS:
+        print("usage: python -m mgpu_gui.engine.export verify {keras,h5,savedmodel} "
+              "PATH IN.npy OUT.npz", file=sys.stderr)
+        return 2
+    _, fmt, path, x_path, y_path = argv
+    try:
+        call = _load_for_verify(fmt, path, safe_mode, custom_objects_file)
+        outputs = _predict(call, np.load(x_path, allow_pickle=False))
+    except Exception as e:  # reported to the parent as text; the traceback is noise there
+        message = f"{type(e).__name__}: {e}".strip().replace("\n", "\\n")
+        print(f"\n{_ERROR_MARK}{message}", file=sys.stderr)
+        return 1
+    np.savez(y_path, *outputs)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_verify_main(sys.argv[1:]))

@@ -1,0 +1,245 @@
+"""What went wrong inside a running job, in words: exceptions become `UserError`s.
+
+`run_training` keeps a `Where` up to date (stage, epoch and step, the batch) and
+hands any exception to `explain_failure`, which returns a UserError that says
+what happened, where, what is kept and what to do, or the exception itself
+when it cannot say more (the worker then reports it as unexpected).
+
+Measured with TensorFlow 2.21 / Keras 3.15:
+- An exception inside `tf.numpy_function` / `tf.py_function` in a layer reaches
+  `fit` as `tf.errors.InvalidArgumentError` whose text holds the Python
+  traceback ("ValueError: boom\\nTraceback (most recent call last): ...").
+- A full disk: `model.save` raises OSError(ENOSPC); h5py raises OSError with
+  "errno = 28" in its text; TensorFlow's own file writes say RESOURCE_EXHAUSTED,
+  so disk space is checked before memory.
+TensorFlow is imported only when a failure is explained, so this module stays
+light to import (the architecture test checks every light core module).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import traceback
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from mgpu_gui.core.config import DeviceKind, RunConfig
+from mgpu_gui.core.devices.plan import DevicePlan
+from mgpu_gui.core.errors import ExportError, OutputError, UserError
+from mgpu_gui.core.runs import checkpoints as ckpt
+from mgpu_gui.core.runs.folder import RunDir
+
+if TYPE_CHECKING:
+    from mgpu_gui.engine.callbacks import EpochCheckpoints, EpochTracker
+
+_MAX_TEXT = 600
+# "(0) INVALID_ARGUMENT:  ValueError: boom\nTraceback (most recent call last):\n ..."
+_PY_FUNC = re.compile(
+    r"(?:[A-Z_]+:\s+)?(?P<type>[A-Za-z_][\w.]*): (?P<text>[^\n]*)\n"
+    r"Traceback \(most recent call last\):\n"
+    r"(?P<tb>.*?)\n\n\n\t \[\[\{\{node ", re.DOTALL)
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>[^\n]+)')
+
+
+class NonFiniteLossError(UserError):
+    """The loss became NaN or infinite; the weights of that step were not saved."""
+
+
+class OutOfMemoryError(UserError):
+    """The devices ran out of memory."""
+
+
+class ModelCodeError(UserError):
+    """Code that runs during training (most likely the model's own) raised an exception."""
+
+
+class ExportDiskFullError(ckpt.DiskFullError, ExportError):
+    """The disk filled up while the trained model was exported."""
+
+
+class Stage(StrEnum):
+    SETUP = "setup"
+    TRAINING = "training"
+    EVALUATION = "evaluation"
+    EXPORT = "export"
+
+
+@dataclass
+class Where:
+    """How far the job got: updated as it runs, read when something fails."""
+
+    config: RunConfig
+    run_dir: RunDir
+    plan: DevicePlan
+    replicas: int
+    stage: Stage = Stage.SETUP
+    steps: int = 0
+    tracker: EpochTracker | None = None
+    checkpoints: EpochCheckpoints | None = None
+    export_format: str | None = None
+    epochs_done: int = 0
+
+    @property
+    def global_batch(self) -> int:
+        return self.config.batch_per_replica * self.replicas
+
+    def position(self) -> tuple[int, int] | None:
+        """(epoch, step), both 1-based, of the step that was running."""
+        if self.tracker is None or self.tracker.position is None:
+            return None
+        epoch, batch = self.tracker.position
+        return epoch + 1, batch + 1
+
+    def at(self) -> str:
+        """Where in training, for a message: 'in epoch 2 at step 3 of 5'."""
+        if self.checkpoints is not None and self.checkpoints.writing is not None:
+            return f"while saving the checkpoint of epoch {self.checkpoints.writing + 1}"
+        position = self.position()
+        if position is None:
+            return "before the first training step (while building the training step)"
+        return f"in epoch {position[0]} at step {position[1]} of {self.steps}"
+
+    def kept(self) -> str:
+        done = self.run_dir.backup_epoch()
+        if done == 0:
+            return "No epoch was completed, so there is no backup to resume from."
+        return (f"The backup of the {done} completed epoch{'s' if done != 1 else ''} is kept "
+                f"in {self.run_dir.backup}; a resume continues with epoch {done + 1}.")
+
+
+def explain_failure(error: BaseException, where: Where) -> BaseException:
+    """A UserError for `error`, or `error` itself when there is nothing better to say."""
+    import tensorflow as tf
+
+    from mgpu_gui.engine.callbacks import NonFiniteWeights  # loads Keras: only in the worker
+
+    if isinstance(error, (NonFiniteLossError, OutOfMemoryError, ModelCodeError,
+                          ckpt.DiskFullError)):
+        return error
+    failure = ckpt.write_failure(error, where.run_dir.path)
+    if failure is not None:
+        return _write_failed(failure, error, where)
+    if isinstance(error, UserError):
+        return error
+    if isinstance(error, NonFiniteWeights):
+        return NonFiniteLossError(
+            f"The model's weights became NaN or infinite in epoch {error.epoch + 1}, though "
+            f"the loss stayed finite (layers such as ReLU can hide NaN values from it). "
+            f"Training stopped without saving them. {where.kept()} Check the data for NaN "
+            f"values, lower the learning rate, or enable gradient clipping in the model's "
+            f"optimizer.")
+    if isinstance(error, tf.errors.ResourceExhaustedError):
+        return _out_of_memory(error, where)
+    if where.stage is Stage.TRAINING:
+        if isinstance(error, RuntimeError) and "NaN or Inf loss" in str(error):
+            return _non_finite(where)
+        return _code_failed(error, where)
+    return error
+
+
+def log_traceback(error: BaseException) -> None:
+    """Into worker.log (the worker's stderr): the message points the user there."""
+    traceback.print_exception(error, file=sys.stderr)
+    sys.stderr.flush()
+
+
+def _write_failed(failure: str, error: BaseException, where: Where) -> UserError:
+    folder = where.run_dir.path
+    reason = ckpt.os_reason(error)
+    if where.stage is Stage.EXPORT:
+        what = f"while writing the {where.export_format or 'model'} export"
+        kept = (f"Training itself finished ({where.epochs_done} epochs); its checkpoints are "
+                f"kept in {where.run_dir.checkpoints}.")
+        retry = (f"then export the run again: mgpu-train export {folder} -o "
+                 f"{where.run_dir.export_path(where.export_format or 'keras')}")
+    else:
+        what = {Stage.SETUP: "while preparing the run",
+                Stage.EVALUATION: "while evaluating the test set",
+                Stage.TRAINING: where.at()}[where.stage]
+        kept, retry = where.kept(), "then resume the run"
+    if failure == "full":
+        free = ckpt.format_bytes(ckpt.free_bytes(folder))
+        message = (f"The disk holding the run folder {folder} is full ({free} free): a write "
+                   f"failed {what} ({reason}). {kept} Free some space on that disk, {retry}.")
+        cls = ExportDiskFullError if where.stage is Stage.EXPORT else ckpt.DiskFullError
+        return cls(message)
+    message = (f"Cannot write to the run folder {folder}: {reason} (a write failed {what}). "
+               f"{kept} Make the folder writable, {retry}.")
+    return ExportError(message) if where.stage is Stage.EXPORT else OutputError(message)
+
+
+def _out_of_memory(error: BaseException, where: Where) -> OutOfMemoryError:
+    log_traceback(error)
+    per, replicas = where.config.batch_per_replica, where.replicas
+    gpu = where.plan.kind is DeviceKind.GPU
+    kind = "GPU" if gpu else "CPU replica"
+    devices = f"the {replicas} {kind}{'s' if replicas != 1 else ''} in use"
+    if where.plan.names:
+        devices += f" ({'; '.join(where.plan.names)})"
+    when = {Stage.SETUP: "while building the model", Stage.TRAINING: where.at(),
+            Stage.EVALUATION: "while evaluating the test set",
+            Stage.EXPORT: "while exporting the model"}[where.stage]
+    if per > 1:
+        half = per // 2
+        advice = (f"Use a smaller batch per replica, e.g. {half} (--batch-per-replica {half}; "
+                  f"'Batch per GPU' in the app), or a smaller model.")
+    else:
+        advice = ("The batch per replica is already 1: use a smaller model, or devices with "
+                  "more memory.")
+    kept = f" {where.kept()}" if where.stage is not Stage.SETUP else ""
+    said = _first_line(getattr(error, "message", None) or str(error))
+    return OutOfMemoryError(
+        f"Out of memory {when} on {devices}, with a batch of {per} per replica (global batch "
+        f"{where.global_batch} = {per} x {replicas} replicas). {advice}{kept} "
+        f"TensorFlow said: {said}")
+
+
+def _non_finite(where: Where) -> NonFiniteLossError:
+    # NanGuard raises in the batch-end hooks of the step whose loss was not finite,
+    # before the tracker counts that step: it is the one after the steps done.
+    position = where.position()
+    epoch = position[0] if position else 1
+    step = (where.tracker.steps_done(epoch - 1) if where.tracker else 0) + 1
+    return NonFiniteLossError(
+        f"The loss became NaN or infinite in epoch {epoch} at step {step} of {where.steps}. "
+        f"Training stopped; checkpoints hold only epochs that ended with a finite loss. "
+        f"{where.kept()} Lower the learning rate, check the data for NaN values, or enable "
+        f"gradient clipping in the model's optimizer.")
+
+
+def _code_failed(error: BaseException, where: Where) -> ModelCodeError:
+    log_traceback(error)
+    details = (f"The full traceback is in worker.log in the run folder {where.run_dir.path} "
+               f"(and in the details).")
+    import tensorflow as tf
+
+    py_func = _PY_FUNC.search(getattr(error, "message", None) or str(error)) if isinstance(
+        error, tf.errors.OpError) else None
+    if py_func is not None:
+        frames = _FRAME.findall(py_func.group("tb"))
+        origin = ""
+        if frames:
+            file, line, func = frames[-1]
+            origin = f" ({Path(file).name}, line {line}, in {func.strip()})"
+        return ModelCodeError(
+            f"The model's code raised {py_func.group('type')}: "
+            f"{_clip(py_func.group('text'))} {where.at()}{origin}, inside a "
+            f"tf.numpy_function or tf.py_function. Training stopped. {where.kept()} "
+            f"Fix the code, then resume the run. {details}")
+    return ModelCodeError(
+        f"Training failed {where.at()} with {type(error).__name__}: {_clip(str(error))}. "
+        f"It was raised by code that runs during training, most likely the model's own "
+        f"(custom layers, losses or metrics). {where.kept()} Fix the code, then resume the "
+        f"run. {details}")
+
+
+def _first_line(text: str) -> str:
+    return _clip(text.strip().splitlines()[0] if text.strip() else text)
+
+
+def _clip(text: str) -> str:
+    text = text.strip()
+    return text if len(text) <= _MAX_TEXT else text[:_MAX_TEXT] + "..."

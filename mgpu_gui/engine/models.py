@@ -1,0 +1,482 @@
+"""Load or build the model for a run, inside the strategy's scope, and compile it.
+
+Keras and TensorFlow are imported inside the functions: the GUI process
+imports this module's names without paying for (or being frozen by) them.
+
+Pitfalls handled here (see architecture.md): everything is built or loaded
+inside `strategy.scope()` (outside it a model trains on one replica only); a
+compiled legacy `.h5` is loaded with `compile=False` and compiled again inside
+the scope (its saved optimizer cannot train the new variables); Lambda layers
+run code from the file, so they load only with the user's explicit consent.
+
+Custom objects: a `.py` file may define a module-level dict
+`custom_objects = {"MyLayer": MyLayer, ...}` (keyed by the registered name,
+"package>MyLayer", for classes saved with `@register_keras_serializable`).
+Pass such a file as `custom_objects_file` to load `.keras`/`.h5` models with
+custom layers; importing it also runs its registration decorators.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import re
+import sys
+import traceback
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mgpu_gui.core.config import DEMO, RunConfig
+from mgpu_gui.core.datasets import fit_check
+from mgpu_gui.core.errors import ModelError
+from mgpu_gui.core.modelfiles.inspection import (
+    ModelFileInfo,
+    inspect_model_file,
+    lambda_refused,
+    read_h5_training_config,
+)
+from mgpu_gui.engine import precision
+
+if TYPE_CHECKING:
+    import keras
+
+Log = Callable[[str], None]
+_ONEHOT_LOSSES = {"categoricalcrossentropy", "categoricalfocalcrossentropy", "categoricalhinge"}
+_SPARSE_LOSSES = {"sparsecategoricalcrossentropy"}
+_UNKNOWN_OBJECT = re.compile(r"(?:Could not locate class|Unknown \w+:) '([^']+)'")
+_REGISTERED_NAME = re.compile(r"'registered_name': '([^']+)'")
+
+
+def load_model(
+    config: RunConfig, strategy: Any, *, input_shape: tuple[int, ...], num_classes: int,
+    log: Log, custom_objects_file: str | Path | None = None,
+) -> keras.Model:
+    """The run's model, built or loaded inside `strategy.scope()`, compiled, ready to fit.
+
+    The run's dtype policy (`config.precision`) is set first, so what is built
+    takes it; a loaded file's layers are switched to it (see precision.py).
+    """
+    info = None if config.model == DEMO else inspect_model_file(config.model)
+    custom_objects = load_custom_objects(custom_objects_file) if custom_objects_file else {}
+    built = info is None or info.format == "py"
+    # A compiled file is loaded under float32: its optimizer's saved state does not fit
+    # the LossScaleOptimizer Keras would wrap it in under mixed_float16 (measured).
+    precision.set_global_policy(config.precision if built else precision.FLOAT32)
+    with strategy.scope():
+        if info is None:
+            from mgpu_gui.engine.demo import build_demo_model
+
+            model = build_demo_model(tuple(input_shape), num_classes)
+            log(f"built the demo model for inputs {tuple(input_shape)}, {num_classes} classes")
+        elif info.format == "py":
+            model = _build_from_py(info.path, input_shape, num_classes, log)
+        elif info.wrapper is not None:
+            model = _unwrap(info, custom_objects, log)
+        else:
+            model = _load_file(info, config, custom_objects, log)
+        precision.set_global_policy(config.precision)
+        precision.apply_policy(model, config.precision, input_shape=input_shape, log=log,
+                               loaded=not built)
+        if config.sync_batchnorm:
+            model = sync_batchnorm(model, log)
+        if info is not None and info.format == "h5" and not model.compiled:
+            _compile_from_training_config(model, info, config, log)
+        if model.compiled:
+            if info is None or (info.format != "h5" and info.wrapper is None):
+                log(f"the model comes compiled: using its own optimizer "
+                    f"({type(model.optimizer).__name__}) and loss ({_describe(model.loss)}); "
+                    "the optimizer and loss settings are not used")
+        else:
+            compile_model(model, config, log)
+        precision.ensure_loss_scaling(model, config.precision, log)
+    return model
+
+
+def load_custom_objects(path: str | Path) -> dict[str, Any]:
+    """The `custom_objects` dict of a `.py` file the user chose (running it is the point)."""
+    module = _import_user_file(Path(path).expanduser())
+    found = getattr(module, "custom_objects", None)
+    if not isinstance(found, dict):
+        raise ModelError(
+            f"{Path(path).name} defines no module-level dict `custom_objects`; add "
+            "`custom_objects = {'MyLayer': MyLayer}` naming each custom class."
+        )
+    return found
+
+
+# -- sources ----------------------------------------------------------------
+def _unwrap(info: ModelFileInfo, custom_objects: dict[str, Any], log: Log) -> keras.Model:
+    """A legacy multi-GPU wrapper: train the recovered template, never the wrapper."""
+    from mgpu_gui.engine.unwrap import recover_model
+
+    log(f"{info.path.name} is a {info.wrapper.describe()}; training the recovered template "
+        "(no code from the file runs)")
+    # .h5: compiled afterwards from training_config inside the scope, like any legacy .h5.
+    recovered = recover_model(info.path, custom_objects=custom_objects,
+                              compile=info.format == "keras", log=log)
+    return recovered.model
+
+
+def _load_file(info: ModelFileInfo, config: RunConfig, custom_objects: dict[str, Any],
+               log: Log) -> keras.Model:
+    import keras
+
+    if info.has_lambda and not config.allow_unsafe_code:
+        raise ModelError(lambda_refused(info, ", ".join(info.lambda_layers)))
+    if info.has_lambda:
+        log(f"loading with safe_mode off (allowed by the user): Lambda layers "
+            f"{', '.join(info.lambda_layers)} run code from the file")
+    try:
+        model = keras.saving.load_model(
+            info.path, custom_objects=custom_objects or None,
+            compile=info.format == "keras", safe_mode=not config.allow_unsafe_code,
+        )
+    except Exception as exc:  # Keras raises ValueError/TypeError/OSError alike
+        raise _load_error(info, exc) from exc
+    log(f"loaded {info.path.name} ({info.class_name} '{model.name}', "
+        f"{model.count_params():,} parameters, saved by Keras {info.keras_version or '?'})")
+    return model
+
+
+def _load_error(info: ModelFileInfo, exc: Exception) -> ModelError:
+    text = str(exc)
+    unknown = _UNKNOWN_OBJECT.search(text)
+    if unknown:
+        registered = _REGISTERED_NAME.search(text)
+        key = registered.group(1) if registered else unknown.group(1)
+        return ModelError(
+            f"{info.path.name} uses a custom class or function '{unknown.group(1)}' that this "
+            "app does not know: provide custom_objects, a .py file that defines it and "
+            f"`custom_objects = {{'{key}': {unknown.group(1)}}}`."
+        )
+    if "Lambda" in text and "safe_mode" in text:
+        return ModelError(lambda_refused(info, "?"))
+    if isinstance(exc, OSError) or "zip" in text.lower() or "truncated" in text.lower():
+        return ModelError(f"{info.path.name} is truncated or damaged ({text.splitlines()[0]}); "
+                          "copy or save it again.")
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return ModelError(f"could not load {info.path.name}: {type(exc).__name__}: {first}")
+
+
+def _build_from_py(path: Path, input_shape: tuple[int, ...], num_classes: int,
+                   log: Log) -> keras.Model:
+    import keras
+
+    module = _import_user_file(path)
+    build = getattr(module, "build_model", None)
+    if not callable(build):
+        raise ModelError(f"{path.name}: build_model is not a function.")
+    offered = {"input_shape": tuple(input_shape), "num_classes": num_classes}
+    params = inspect.signature(build).parameters
+    kwargs = {name: value for name, value in offered.items() if name in params}
+    missing = [
+        p.name for p in params.values()
+        if p.default is p.empty and p.name not in kwargs
+        and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+    if missing:
+        raise ModelError(
+            f"{path.name}: build_model() requires {', '.join(missing)}, which the app cannot "
+            "give; it may take input_shape and num_classes, anything else needs a default."
+        )
+    try:
+        model = _in_user_dir(path, lambda: build(**kwargs))
+    except Exception as exc:
+        raise ModelError(f"{path.name}: build_model() failed{_user_line(exc, path)}: "
+                         f"{type(exc).__name__}: {exc}") from exc
+    if model is None:
+        raise ModelError(f"{path.name}: build_model() returned None; it must return a "
+                         "keras.Model (is `return model` missing?).")
+    if not isinstance(model, keras.Model):
+        kind = f"{type(model).__module__}.{type(model).__qualname__}"
+        hint = " (a tf_keras/Keras 2 model: build it with `import keras`, Keras 3)" if (
+            kind.startswith("tf_keras")) else ""
+        raise ModelError(f"{path.name}: build_model() returned a {kind}, not a keras.Model{hint}.")
+    log(f"built '{model.name}' with {path.name}: build_model("
+        + ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) + ")")
+    return model
+
+
+def _import_user_file(path: Path) -> Any:
+    """Import a user's `.py` under a unique module name; errors name the line."""
+    if path.suffix.lower() != ".py" or not path.is_file():
+        raise ModelError(f"{path}: not a Python file; give the path to a .py file.")
+    name = f"mgpu_user_{path.stem}_{uuid.uuid4().hex[:8]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ModelError(f"{path.name} cannot be imported as a Python module.")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses, pickling and Keras registration look here
+    try:
+        _in_user_dir(path, lambda: spec.loader.exec_module(module))
+    except SyntaxError as exc:
+        sys.modules.pop(name, None)
+        raise ModelError(f"{path.name}, line {exc.lineno}: syntax error: {exc.msg}.") from exc
+    except Exception as exc:
+        sys.modules.pop(name, None)
+        raise ModelError(f"{path.name} failed on import{_user_line(exc, path)}: "
+                         f"{type(exc).__name__}: {exc}") from exc
+    return module
+
+
+def _in_user_dir(path: Path, action: Callable[[], Any]) -> Any:
+    """Run user code with its folder importable, so sibling helper modules work."""
+    folder = str(path.resolve().parent)
+    sys.path.insert(0, folder)
+    try:
+        return action()
+    finally:
+        if folder in sys.path:
+            sys.path.remove(folder)
+
+
+def _user_line(exc: BaseException, path: Path) -> str:
+    target = str(path.resolve())
+    lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__)
+             if str(Path(f.filename).resolve()) == target]
+    return f" at line {lines[-1]}" if lines else ""
+
+
+# -- compiling --------------------------------------------------------------
+def compile_model(model: keras.Model, config: RunConfig, log: Log) -> None:
+    """Compile with the run's optimizer and learning rate, loss (or one fit for the output)."""
+    import keras
+
+    optimizer = type(keras.optimizers.get(config.optimizer.lower()))(
+        learning_rate=config.learning_rate)
+    loss = config.loss if config.loss is not None else _auto_loss(model, log)
+    metrics = [_metric_for(m, loss) for m in config.metrics]
+    model.compile(optimizer=optimizer, loss=loss, metrics=metrics, steps_per_execution=1)
+    log(f"compiled with {type(optimizer).__name__}(learning_rate={config.learning_rate}), "
+        f"loss {_describe(loss)}, metrics {list(config.metrics)}")
+
+
+def _auto_loss(model: keras.Model, log: Log) -> Any:
+    import keras
+
+    units, activation = output_layer_info(model)
+    if units == 1 and activation == "sigmoid":
+        loss, why = "binary_crossentropy", "1 sigmoid output"
+    elif activation == "softmax":
+        loss, why = "sparse_categorical_crossentropy", "softmax output"
+    elif units == 1:
+        loss = keras.losses.BinaryCrossentropy(from_logits=True)
+        why = f"1 output with {activation or 'unknown'} activation, taken as a logit"
+    else:
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        why = f"{units or '?'} outputs with {activation or 'unknown'} activation, taken as logits"
+    log(f"loss chosen from the output layer ({why}): {_describe(loss)}")
+    return loss
+
+
+def _metric_for(name: str, loss: Any) -> Any:
+    import keras
+
+    # "accuracy" thresholds a binary output at 0.5, which is wrong for logits.
+    if name in ("accuracy", "acc") and getattr(loss, "from_logits", False) and isinstance(
+            loss, keras.losses.BinaryCrossentropy):
+        return keras.metrics.BinaryAccuracy(name="accuracy", threshold=0.0)
+    return name
+
+
+def _compile_from_training_config(model: keras.Model, info: ModelFileInfo, config: RunConfig,
+                                  log: Log) -> None:
+    """Compile a legacy `.h5` as it was saved: its optimizer class and settings, loss, metrics."""
+    training = read_h5_training_config(info.path)
+    if training:
+        compile_from_training_config(model, training, log, info.path.name)
+
+
+def compile_from_training_config(model: keras.Model, training: dict[str, Any], log: Log,
+                                 source: str = "the file") -> bool:
+    """Compile as a Keras 2 `training_config` says; False (logged) when it cannot be used."""
+    import keras
+
+    try:
+        opt_cfg = training["optimizer_config"]
+        cls_name = opt_cfg["class_name"].split(">")[-1]  # "Custom>Adam" in tf_keras files
+        cls = getattr(keras.optimizers, cls_name)
+        settings = dict(opt_cfg.get("config") or {})
+        if "lr" in settings:  # Keras <= 2.2
+            settings.setdefault("learning_rate", settings.pop("lr"))
+        if isinstance(settings.get("learning_rate"), dict):
+            settings["learning_rate"] = keras.optimizers.schedules.deserialize(
+                settings["learning_rate"])
+        accepted = inspect.signature(cls.__init__).parameters
+        optimizer = cls(**{k: v for k, v in settings.items() if k in accepted})
+        loss = training.get("loss")
+        if isinstance(loss, dict) and "class_name" in loss:
+            loss = keras.losses.deserialize(loss)
+        metrics = _legacy_metrics(training.get("metrics"), len(model.outputs or [None]))
+        model.compile(optimizer=optimizer, loss=loss, metrics=metrics, steps_per_execution=1)
+    except Exception as exc:  # an old or custom file; the run's settings still work
+        log(f"could not compile from the file's training settings ({type(exc).__name__}: "
+            f"{exc}); using the run's settings instead")
+        return False
+    log(f"compiled as saved in {source}: {cls_name}, loss {_describe(loss)}, "
+        f"metrics {metrics}; the optimizer and loss settings are not used")
+    return True
+
+
+def _legacy_metrics(metrics: Any, n_outputs: int) -> Any:
+    """Keras 2 metric configs as names Keras 3 resolves from the loss and labels."""
+    if metrics is None:
+        return None
+    if n_outputs == 1 and isinstance(metrics, list) and all(isinstance(m, list) for m in metrics):
+        metrics = [m for per_output in metrics for m in per_output]
+    if isinstance(metrics, list):
+        return [_legacy_metrics(m, n_outputs) if isinstance(m, list) else _legacy_metric(m)
+                for m in metrics]
+    return {k: _legacy_metrics(v, n_outputs) for k, v in metrics.items()}
+
+
+def _legacy_metric(metric: Any) -> Any:
+    import keras
+
+    if not isinstance(metric, dict):
+        return metric
+    cfg = metric.get("config") or {}
+    # tf_keras stores "accuracy" as MeanMetricWrapper(fn="categorical_accuracy") before
+    # fit resolves it; the name is what the user asked for.
+    if cfg.get("name") in ("accuracy", "acc"):
+        return "accuracy"
+    if metric.get("class_name") == "MeanMetricWrapper" and isinstance(cfg.get("fn"), str):
+        return cfg["fn"]
+    return keras.metrics.deserialize(metric)
+
+
+def _describe(loss: Any) -> str:
+    if isinstance(loss, str):
+        return loss
+    name = getattr(loss, "name", None) or getattr(loss, "__name__", None) or type(loss).__name__
+    return f"{name}(from_logits=True)" if getattr(loss, "from_logits", False) else str(name)
+
+
+# -- synchronized BatchNorm -------------------------------------------------
+def sync_batchnorm(model: keras.Model, log: Log) -> keras.Model:
+    """A copy of `model` whose BatchNormalization layers (nested too) are synchronized.
+
+    Call inside the strategy's scope. Functional and Sequential models are
+    rebuilt from their config with `synchronized=True` and get the same weights;
+    a compiled model is compiled again with its own settings (fresh optimizer
+    state). A subclassed model cannot be rebuilt, so its layers are switched in
+    place, which works because the flag is read when the model is first traced.
+    """
+    import keras
+
+    count = sum(isinstance(layer, keras.layers.BatchNormalization) and not layer.synchronized
+                for layer in _all_layers(model))
+    if count == 0:
+        log("synchronized BatchNorm: the model has no unsynchronized BatchNormalization layer")
+        return model
+    if not _is_graph_model(model):
+        for layer in _all_layers(model):
+            if isinstance(layer, keras.layers.BatchNormalization):
+                layer.synchronized = True
+        log(f"synchronized BatchNorm: switched {count} layer(s) in place (subclassed model)")
+        return model
+
+    def clone(layer: Any) -> Any:
+        if isinstance(layer, keras.layers.BatchNormalization):
+            return layer.__class__.from_config({**layer.get_config(), "synchronized": True})
+        return layer.__class__.from_config(layer.get_config())
+
+    compile_config = model.get_compile_config() if model.compiled else None
+    new = keras.models.clone_model(model, clone_function=clone, recursive=True)
+    new.set_weights(model.get_weights())
+    if compile_config:
+        new.compile_from_config(compile_config)
+    log(f"synchronized BatchNorm: rebuilt {count} BatchNormalization layer(s) with "
+        "synchronized=True, weights kept" + ("; optimizer state starts fresh" if compile_config
+                                            else ""))
+    return new
+
+
+def _all_layers(model: Any) -> list[Any]:
+    # Keras' own walk: also finds layers held inside custom layers and nested models.
+    return list(model._flatten_layers(include_self=False, recursive=True))
+
+
+def _is_graph_model(model: Any) -> bool:
+    """Functional or Sequential all the way down: clone_model can rebuild it."""
+    import keras
+
+    def graph(m: Any) -> bool:
+        return any(c.__name__ in ("Functional", "Sequential") for c in type(m).__mro__)
+
+    return graph(model) and all(
+        graph(layer) for layer in _all_layers(model) if isinstance(layer, keras.Model))
+
+
+# -- model and data ---------------------------------------------------------
+def output_layer_info(model: keras.Model) -> tuple[int | None, str | None]:
+    """Units and activation of the single output, looking into nested models."""
+    outputs = getattr(model, "outputs", None) or []
+    if len(outputs) != 1:
+        return None, None
+    units = outputs[0].shape[-1]
+    layer = outputs[0]._keras_history[0]
+    while hasattr(layer, "outputs") and layer.outputs and len(layer.outputs) == 1:
+        layer = layer.outputs[0]._keras_history[0]  # a nested model as the last layer
+    if type(layer).__name__ == "Softmax":
+        return units, "softmax"
+    activation = getattr(layer, "activation", None)
+    return units, getattr(activation, "__name__", None) if activation is not None else None
+
+
+def loss_wants_onehot(model: keras.Model) -> bool | None:
+    """True when the compiled loss takes one-hot labels, False for class indices, else None."""
+    name = _describe(getattr(model, "loss", None)).split("(")[0].replace("_", "").lower()
+    if name in _ONEHOT_LOSSES:
+        return True
+    return False if name in _SPARSE_LOSSES else None
+
+
+def label_mapper(wants_onehot: bool | None, label_kind: str, num_classes: int | None
+                 ) -> tuple[Callable[[Any, Any], Any] | None, str | None]:
+    """A tf.data map giving labels the form the loss takes, and a log line saying so.
+
+    (None, None) when they already fit. Integer labels for a one-hot loss (or the
+    reverse) are converted, not refused; their range is checked before, by
+    `fit_check.check_label_range`.
+    """
+    import tensorflow as tf
+
+    if wants_onehot is True and label_kind == "sparse" and num_classes:
+        return (lambda x, y: (x, tf.one_hot(tf.cast(tf.reshape(y, [-1])[0], tf.int32),
+                                            num_classes)),
+                f"The model's loss expects one-hot labels; converting integer labels "
+                f"to one-hot vectors of {num_classes} classes.")
+    if wants_onehot is False and label_kind == "onehot":
+        return (lambda x, y: (x, tf.argmax(y, axis=-1)),
+                "The model's loss expects integer labels; converting one-hot labels to class ids.")
+    return None, None
+
+
+def check_model_fits_data(model: keras.Model, input_shape: tuple[int, ...], num_classes: int,
+                          label_max: int | None) -> None:
+    """Fail before training when the data cannot fit the model, saying what to change."""
+    inputs = getattr(model, "inputs", None) or []
+    if len(inputs) > 1:
+        raise ModelError(f"the model has {len(inputs)} inputs but the data gives one; "
+                         "use a model with a single input.")
+    if inputs:
+        fit_check.check_input_shape(tuple(inputs[0].shape[1:]), tuple(input_shape))
+    fit_check.check_label_range(output_layer_info(model)[0], label_max, num_classes)
+
+
+def model_summary(model: keras.Model) -> str:
+    """The text of `model.summary()`; a wrapper around one nested model shows that model."""
+    import keras
+
+    # A wrapper (e.g. a legacy multi-GPU model) holds one model plus weightless plumbing.
+    inner = [layer for layer in model.layers if isinstance(layer, keras.Model)]
+    if len(inner) == 1 and not any(
+            layer.weights for layer in model.layers if layer is not inner[0]):
+        header = f"'{model.name}' wraps '{inner[0].name}':\n"
+        return header + model_summary(inner[0])
+    lines: list[str] = []
+    model.summary(print_fn=lambda text, *args, **kwargs: lines.append(text))
+    return "\n".join(lines)

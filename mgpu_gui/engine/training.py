@@ -1,0 +1,391 @@
+"""The training job: data, model, callbacks and `fit` under a MirroredStrategy.
+
+Runs inside the worker process (or a test host) after the devices were set up;
+it reports only through events, so it knows nothing of pipes, Qt or terminals.
+TensorFlow is imported here at module level: import this module only there.
+
+Whatever fails inside (out of memory, a NaN loss, an exception in the model's
+code, a full disk) leaves as a `UserError` that says where it happened and
+what to do (`failures.py`); the completed epochs' backup is always kept.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import keras
+import tensorflow as tf
+
+from mgpu_gui.core.config import RunConfig
+from mgpu_gui.core.devices.plan import DevicePlan
+from mgpu_gui.core.errors import ModelError
+from mgpu_gui.core.events import (
+    Evaluated,
+    EventSink,
+    LogMessage,
+    ModelExported,
+    RunFinished,
+    RunStarted,
+    RunStatus,
+)
+from mgpu_gui.core.lr_schedule import LinearScaling, format_lr
+from mgpu_gui.core.runs import checkpoints as ckpt
+from mgpu_gui.core.runs.folder import RunDir
+from mgpu_gui.engine import models, xla
+from mgpu_gui.engine import pipeline as data_mod
+from mgpu_gui.engine.callbacks import (
+    AfterWarmup,
+    CommitBackup,
+    CompleteEpochsOnly,
+    EpochCheckpoints,
+    EpochTracker,
+    EventCallback,
+    LinearWarmup,
+    NanGuard,
+)
+from mgpu_gui.engine.export import export_model
+from mgpu_gui.engine.failures import NonFiniteLossError, Stage, Where, explain_failure
+from mgpu_gui.testing import faults
+
+__all__ = ["FitLoop", "NonFiniteLossError", "TrainingSetup", "prepare", "run_training"]
+
+
+@dataclass(frozen=True)
+class TrainingSetup:
+    """What `fit` needs, resolved and checked before the first step."""
+
+    model: keras.Model
+    train: tf.data.Dataset
+    val: tf.data.Dataset | None
+    test: tf.data.Dataset | None
+    data: data_mod.PreparedData
+    global_batch: int
+
+
+class FitLoop:
+    """How the epochs run on one machine: Keras' `fit` and `evaluate`.
+
+    A cluster of machines runs its own loop over the same callbacks
+    (multiworker.py), since `fit` fails under MultiWorkerMirroredStrategy.
+    """
+
+    chief = True  # writes the run's files; other workers write to a temporary folder
+
+    def devices(self, strategy: tf.distribute.Strategy) -> list[str]:
+        return list(strategy.extended.worker_devices)
+
+    def backup_epoch(self, run_dir: RunDir) -> int:
+        return run_dir.backup_epoch()
+
+    def fit(self, model: keras.Model, setup: TrainingSetup, *, epochs: int, steps: int,
+            initial_epoch: int, callbacks: list[keras.callbacks.Callback]) -> None:
+        model.fit(setup.train, validation_data=setup.val, epochs=epochs, steps_per_epoch=steps,
+                  initial_epoch=initial_epoch, callbacks=callbacks,
+                  shuffle=False,  # the dataset reshuffles itself each epoch
+                  verbose=0)
+
+    def evaluate(self, model: keras.Model, dataset: tf.data.Dataset) -> dict[str, float]:
+        results = model.evaluate(dataset, verbose=0, return_dict=True)
+        return {k: float(v) for k, v in results.items()}
+
+    def finish(self) -> None:
+        """After the export: nothing to wait for on one machine."""
+
+
+def run_training(
+    config: RunConfig,
+    run_dir: RunDir,
+    plan: DevicePlan,
+    strategy: tf.distribute.Strategy,
+    cross_device_ops: str,
+    sink: EventSink,
+    stop: threading.Event,
+    loop: FitLoop | None = None,
+) -> RunStatus:
+    """Train one run to its end (or a stop).
+
+    Failures that can be explained leave as UserErrors (see failures.py); any
+    other exception is the caller's to report.
+    """
+    where = Where(config, run_dir, plan, strategy.num_replicas_in_sync)
+    try:
+        return _run(config, run_dir, plan, strategy, cross_device_ops, sink, stop, where,
+                    loop or FitLoop())
+    except Exception as error:
+        explained = explain_failure(error, where)
+        if explained is error:
+            raise
+        raise explained from error
+
+
+def _run(config: RunConfig, run_dir: RunDir, plan: DevicePlan, strategy: tf.distribute.Strategy,
+         cross_device_ops: str, sink: EventSink, stop: threading.Event, where: Where,
+         loop: FitLoop) -> RunStatus:
+    def log(message: str, level: str = "info") -> None:
+        sink.emit(LogMessage(message=message, level=level))
+
+    fault = faults.from_env()  # test-only; None unless MGPU_GUI_FAULT is set
+    if config.seed is not None:
+        keras.utils.set_random_seed(config.seed)
+    setup = prepare(config, strategy, log)
+    model, prepared = setup.model, setup.data
+    # A .py builder's (or the demo's) size was unknown to the preflight.
+    ckpt.check_free_space(run_dir.path.parent, ckpt.space_needed(
+        int(model.count_params()) * 4 * ckpt.ADAM_FACTOR, len(config.export_formats)))
+    replicas = strategy.num_replicas_in_sync
+    steps = data_mod.steps(prepared.train_samples, setup.global_batch)
+    dropped = data_mod.dropped_per_epoch(prepared.train_samples, setup.global_batch)
+    initial_epoch = loop.backup_epoch(run_dir)
+    sink.emit(RunStarted(
+        run_dir=str(run_dir.path), device_kind=plan.kind.value,
+        devices=loop.devices(strategy), device_names=list(plan.names),
+        num_replicas=replicas, batch_per_replica=config.batch_per_replica,
+        global_batch=setup.global_batch, train_samples=prepared.train_samples,
+        val_samples=prepared.val_samples, test_samples=prepared.test_samples,
+        steps_per_epoch=steps, dropped_per_epoch=dropped, epochs=config.epochs,
+        initial_epoch=initial_epoch, model_name=model.name, params=int(model.count_params()),
+        cross_device_ops=cross_device_ops, tf_version=tf.__version__,
+        keras_version=keras.__version__, summary=models.model_summary(model),
+    ))
+    if dropped:
+        log(f"{dropped} of {prepared.train_samples} training samples are left out of each "
+            f"epoch (the partial last batch): every replica must get a full share. "
+            f"They are reshuffled, so different samples are left out each epoch.")
+    if initial_epoch:
+        log(f"Resuming from the backup: epochs 1-{initial_epoch} are done, "
+            f"continuing with epoch {initial_epoch + 1}.")
+    if stop.is_set():
+        return _finish(sink, RunStatus.STOPPED, initial_epoch, None,
+                       "Stopped before training began.")
+
+    warmup = _lr_scaling(config, model, replicas, steps, log)
+    use_xla = config.jit_compile and _enable_xla(model, log)
+    monitor = "val_loss" if setup.val is not None else "loss"
+    if fault is not None:
+        log(f"Test-only fault injection is on: {faults.ENV_VAR}={fault}.", "warning")
+    while True:
+        initial_epoch = loop.backup_epoch(run_dir)
+        tracker = EpochTracker(steps)
+        saver, events, callbacks = _callbacks(config, run_dir, sink, stop, tracker, monitor,
+                                              setup.global_batch, initial_epoch, warmup)
+        if fault is not None:
+            callbacks.append(faults.fault_callback(fault, run_dir.path))
+        where.stage, where.steps, where.tracker, where.checkpoints = (
+            Stage.TRAINING, steps, tracker, saver)
+        try:
+            loop.fit(model, setup, epochs=config.epochs, steps=steps,
+                     initial_epoch=initial_epoch, callbacks=callbacks)
+        except Exception as error:
+            reason = xla.compile_error(error) if use_xla else None
+            if reason is None:
+                raise
+            use_xla = False
+            xla.disable(model)
+            position = tracker.position
+            made = position is not None and tracker.steps_done(position[0]) > 0
+            log(f"XLA could not compile this model ({reason}). The run goes on without XLA "
+                f"(jit_compile off): epoch {initial_epoch + 1} starts again"
+                + (", keeping the steps it made" if made else "")
+                + ". Turn XLA off for this model to skip the attempt.", "warning")
+            continue
+        break
+    xla.disable(model)  # training is over: the test set and the export use the plain call
+
+    epochs_done = max(events.epochs_done, initial_epoch)
+    last_seen = events.last_epoch_seen
+    partial = last_seen is not None and not tracker.complete(last_seen)
+    if partial:
+        log(f"Stopped in epoch {last_seen + 1} after {tracker.steps_done(last_seen)} of {steps} "
+            f"steps; that epoch is not recorded and will be redone on resume.")
+        return _finish(sink, RunStatus.STOPPED, epochs_done, events, "Stopped by request.")
+    if stop.is_set() and epochs_done < config.epochs:
+        return _finish(sink, RunStatus.STOPPED, epochs_done, events, "Stopped by request.")
+
+    where.epochs_done = epochs_done
+    if setup.test is not None:
+        where.stage = Stage.EVALUATION
+        _evaluate(loop, model, setup, sink)
+    where.stage = Stage.EXPORT
+    if loop.chief:  # other workers of a cluster: nothing to export (it reads no collective)
+        _export(config, run_dir, model, prepared, sink, where)
+    loop.finish()
+    status = RunStatus.EARLY_STOPPED if epochs_done < config.epochs else RunStatus.COMPLETED
+    return _finish(sink, status, epochs_done, events, "")
+
+
+def prepare(config: RunConfig, strategy: tf.distribute.Strategy, log) -> TrainingSetup:
+    """Load data and model under the strategy, match labels to the loss, batch the data."""
+    prepared = data_mod.load_data(config)
+    global_batch = config.batch_per_replica * strategy.num_replicas_in_sync
+    model = models.load_model(config, strategy, input_shape=prepared.input_shape,
+                              num_classes=prepared.num_classes, log=log,
+                              custom_objects_file=config.custom_objects)
+    models.check_model_fits_data(model, prepared.input_shape, prepared.num_classes,
+                                 prepared.label_max)
+    _check_mirrored(model, strategy, log)
+    relabel, note = models.label_mapper(models.loss_wants_onehot(model), prepared.label_kind,
+                                        prepared.num_classes)
+    if note:
+        log(note)
+    cache = data_mod.fits_in_memory(prepared.train_samples, prepared.input_shape)
+
+    replicas = strategy.num_replicas_in_sync
+
+    def batched(ds, samples, batch, what):
+        if ds is None or samples < replicas:
+            return None
+        if relabel is not None:
+            ds = ds.map(relabel, num_parallel_calls=tf.data.AUTOTUNE)
+        training = what == "training"
+        return data_mod.batch_for_training(ds, samples, batch, shuffle=training, repeat=training,
+                                           seed=config.seed, cache=cache, replicas=replicas,
+                                           what=what)
+
+    def evaluation(ds, samples, what):
+        batch = data_mod.eval_batch(samples, config.batch_per_replica, replicas)
+        return batched(ds, samples, batch, what)
+
+    if prepared.val is not None and prepared.val_samples < replicas:
+        log(f"The validation set has {prepared.val_samples} samples, fewer than the "
+            f"{replicas} replicas (each must get one); validation is skipped.", "warning")
+    return TrainingSetup(
+        model=model, data=prepared, global_batch=global_batch,
+        train=batched(prepared.train, prepared.train_samples, global_batch, "training"),
+        val=evaluation(prepared.val, prepared.val_samples, "validation"),
+        test=evaluation(prepared.test, prepared.test_samples, "test"),
+    )
+
+
+def _check_mirrored(model: keras.Model, strategy: tf.distribute.Strategy, log) -> None:
+    """A variable made outside the strategy's scope trains on one replica only, silently."""
+    variables = [getattr(v, "value", v) for v in model.variables]
+    outside = [v.name for v in variables if not strategy.extended.variable_created_in_scope(v)]
+    if outside:
+        raise ModelError(
+            f"{len(outside)} of the model's {len(variables)} variables were created outside the "
+            f"training strategy ({', '.join(outside[:3])}); they would train on one replica "
+            f"only. Build the model inside build_model() rather than at import time of the .py.")
+    log(f"All {len(variables)} model variables are mirrored across "
+        f"{strategy.num_replicas_in_sync} replicas.")
+
+
+def _callbacks(config: RunConfig, run_dir: RunDir, sink: EventSink, stop: threading.Event,
+               tracker: EpochTracker, monitor: str, global_batch: int, initial_epoch: int,
+               warmup: LinearWarmup | None,
+               ) -> tuple[EpochCheckpoints, EventCallback, list[keras.callbacks.Callback]]:
+    """The run's callbacks, in order; fresh for each `fit` (an XLA fallback fits again)."""
+    # A resumed run keeps its best epoch among those the backup keeps.
+    previous = run_dir.previous_best(monitor, before_epoch=initial_epoch)
+    saver = EpochCheckpoints(run_dir.backup, run_dir.last_checkpoint, run_dir.best_checkpoint,
+                             monitor=monitor,
+                             best_so_far=previous[1] if previous is not None else None)
+    events = EventCallback(
+        sink, tracker, global_batch=global_batch, epochs=config.epochs, monitor=monitor,
+        batch_interval_s=config.batch_event_interval_s, stop_requested=stop.is_set,
+        checkpoints=saver,
+    )
+    if previous is not None:
+        events.best_epoch, events.best_value = previous
+    # Order matters at an epoch's end: the model file first, then the records (CSV,
+    # events), and the backup's metadata last (see checkpoints.py). The warm-up sets
+    # the LR before each step, after the backup restored the optimizer (train begin).
+    keras_cbs = [saver, *_keras_callbacks(config, run_dir, monitor)]
+    callbacks = [NanGuard(), *[CompleteEpochsOnly(cb, tracker) for cb in keras_cbs],
+                 *([warmup] if warmup is not None else []), events,
+                 CompleteEpochsOnly(CommitBackup(saver), tracker)]
+    return saver, events, callbacks
+
+
+def _lr_scaling(config: RunConfig, model: keras.Model, replicas: int, steps: int,
+                log) -> LinearWarmup | None:
+    """The linear scaling rule's callback, from the optimizer's LR as built (the base)."""
+    if not config.lr_scaling.enabled:
+        return None
+    optimizer = getattr(model.optimizer, "inner_optimizer", model.optimizer)
+    if isinstance(optimizer.get_config().get("learning_rate"), dict):
+        log("Learning-rate scaling is off: the model's optimizer follows a learning-rate "
+            "schedule of its own, which cannot be scaled.", "warning")
+        return None
+    # Read before the backup is restored: the base of a resumed run is the base again.
+    base = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
+    rule = LinearScaling(base, replicas, config.lr_scaling.warmup_epochs, steps)
+    warm = (f"rising linearly per step from the base LR over a warm-up of "
+            f"{rule.warmup_epochs} epoch(s) ({rule.warmup_steps} steps)" if rule.warmup_epochs
+            else "from the first step (no warm-up)")
+    log(f"Learning rate by the linear scaling rule: base {format_lr(base)} × {rule.factor} "
+        f"replica(s) = {format_lr(rule.scaled_lr)}, {warm}."
+        + (" ReduceLROnPlateau watches from the first epoch after the warm-up."
+           if config.reduce_lr.enabled and rule.warmup_epochs else ""))
+    return LinearWarmup(rule)
+
+
+def _enable_xla(model: keras.Model, log) -> bool:
+    refused = xla.unsupported_layers(model)
+    if refused:
+        log(f"XLA is off: layer(s) {', '.join(refused[:3])} say they cannot be compiled "
+            "(supports_jit = False).", "warning")
+        return False
+    xla.enable(model)
+    log("XLA on: the model's forward and backward pass are compiled per replica "
+        "(jit_compile); the first step takes longer while XLA compiles.")
+    return True
+
+
+def _keras_callbacks(config: RunConfig, run_dir: RunDir, monitor: str) -> list:
+    """Keras' own per-epoch callbacks; checkpoints are ours (EpochCheckpoints)."""
+    cbs: list = [keras.callbacks.CSVLogger(str(run_dir.history_csv), append=True)]
+    es, rl = config.early_stopping, config.reduce_lr
+    if es.enabled:
+        cbs.append(keras.callbacks.EarlyStopping(
+            monitor=_monitor(es.monitor, monitor), patience=es.patience,
+            min_delta=es.min_delta, restore_best_weights=es.restore_best_weights))
+    if rl.enabled:
+        reduce = keras.callbacks.ReduceLROnPlateau(
+            monitor=_monitor(rl.monitor, monitor), factor=rl.factor,
+            patience=rl.patience, min_lr=rl.min_lr)
+        warmup = config.lr_scaling.warmup_epochs if config.lr_scaling.enabled else 0
+        cbs.append(AfterWarmup(reduce, warmup) if warmup else reduce)
+    if config.tensorboard:
+        cbs.append(keras.callbacks.TensorBoard(str(run_dir.tensorboard), update_freq="epoch"))
+    return cbs
+
+
+def _monitor(wanted: str, available: str) -> str:
+    """Without validation data, `val_*` monitors fall back to their training twin."""
+    if available == "loss" and wanted.startswith("val_"):
+        return wanted[len("val_"):]
+    return wanted
+
+
+def _evaluate(loop: FitLoop, model: keras.Model, setup: TrainingSetup, sink: EventSink) -> None:
+    samples, replicas = setup.data.test_samples, model.distribute_strategy.num_replicas_in_sync
+    batch = data_mod.eval_batch(samples, setup.global_batch // replicas, replicas)
+    results = loop.evaluate(model, setup.test)
+    dropped = data_mod.dropped_per_epoch(samples, batch)
+    sink.emit(Evaluated(dataset="test", metrics=results, samples=samples - dropped,
+                        dropped=dropped))
+
+
+def _export(config: RunConfig, run_dir: RunDir, model: keras.Model,
+            prepared: data_mod.PreparedData, sink: EventSink, where: Where) -> None:
+    for fmt in config.export_formats:
+        where.export_format = fmt
+        result = export_model(model, run_dir.export_path(fmt), fmt,
+                              sample_x=prepared.x_sample, class_names=prepared.class_names,
+                              safe_mode=not config.allow_unsafe_code,
+                              custom_objects_file=config.custom_objects)
+        sink.emit(ModelExported(path=str(result.path), format=result.format,
+                                verified=result.verified, max_abs_diff=result.max_abs_diff))
+
+
+def _finish(sink: EventSink, status: RunStatus, epochs_done: int,
+            events: EventCallback | None, message: str) -> RunStatus:
+    best_epoch = events.best_epoch if events else None
+    sink.emit(RunFinished(
+        status=status, epochs_done=epochs_done, best_epoch=best_epoch,
+        best_metric=events.monitor if events and best_epoch is not None else None,
+        best_value=events.best_value if events and best_epoch is not None else None,
+        message=message,
+    ))
+    return status

@@ -1,0 +1,605 @@
+"""Legacy multi-GPU wrappers: find them in a model file and recover the plain template.
+
+Keras 2's `multi_gpu_model` (and the Keras 3 `to_multi_gpu(model, n_gpus)`
+recipe) wrapped the user's model (the *template*) in towers: an Input, one
+slicing `Lambda` per GPU, the template applied to each slice (one nested model
+called N times) and a `Concatenate(axis=0)`, sometimes followed by more layers.
+Saved with `save()`, the file holds that wrapper; re-wrapping nested it again.
+
+Two halves:
+- `find_wrapper(config)` reads a model config (a dict from the file's JSON) and
+  says whether it is such a wrapper: towers, template, nesting depth, layers
+  after the Concatenate. It is TF-free (the GUI calls it through
+  `modelfile.inspect_model_file`).
+- `recover_model(path)` rebuilds the innermost template in Keras 3 from its own
+  config (`keras.Model.from_config` / `keras.Sequential.from_config`), appends
+  the standard layers that followed the Concatenate, and sets the weights read
+  with h5py: by layer name for `.h5` files (`model_weights/<group>` with
+  `weight_names`), by the saved object path for `.keras` files. Every weight of
+  the recovered model must be found, or a ModelError names what is missing.
+  The Lambda layers are never deserialized: no code from the file runs.
+
+Keras is imported inside functions only.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mgpu_gui.core.errors import ModelError
+
+Log = Callable[[str], None]
+MODEL_CLASSES = ("Functional", "Model", "Sequential")
+# Layers that never run code from the file and are rebuilt from their config.
+_CODE_LAYERS = ("Lambda",)
+
+
+# -- inspection (TF-free) -----------------------------------------------------
+@dataclass(frozen=True)
+class WrapperInfo:
+    """A multi-GPU wrapper found in a model config.
+
+    `depth` is how many wrappers nest around the template (1: wrapped once).
+    `towers` is the tower count of each wrapper, outermost first. `after_layers`
+    are the layers the wrappers add after their Concatenate, as (name, class),
+    innermost wrapper first (the order they are appended in); `code_layers`
+    names those that cannot be rebuilt without running code from the file.
+    """
+
+    towers: tuple[int, ...]
+    template_name: str
+    template_class: str  # "Functional" or "Sequential" (a Keras 2 "Model" is Functional)
+    template_layers: int
+    depth: int
+    after_layers: tuple[tuple[str, str], ...] = field(default=())
+    code_layers: tuple[str, ...] = field(default=())
+    template_lambdas: tuple[str, ...] = field(default=())
+
+    def describe(self) -> str:
+        """One paragraph for the CLI, the log and the GUI dialog."""
+        towers = " x ".join(str(n) for n in self.towers)
+        nest = "" if self.depth == 1 else f", nested {self.depth} deep (wrapped again on reload)"
+        text = (f"multi-GPU wrapper ({towers} towers{nest}) around the {self.template_class} "
+                f"model '{self.template_name}' ({self.template_layers} layers)")
+        if self.after_layers:
+            text += "; after the Concatenate: " + ", ".join(
+                f"{name} ({cls})" for name, cls in self.after_layers)
+        if self.code_layers:
+            text += ("; cannot be rebuilt without running code from the file: "
+                     + ", ".join(self.code_layers))
+        return text
+
+
+@dataclass(frozen=True)
+class _Level:
+    config: dict[str, Any]  # the wrapper's model config
+    template: dict[str, Any]  # the nested template's layer entry
+    towers: int
+    after: tuple[dict[str, Any], ...]
+
+
+def find_wrapper(config: dict[str, Any]) -> WrapperInfo | None:
+    """The wrapper structure of a model config, or None for a plain model."""
+    levels = _levels(config)
+    if not levels:
+        return None
+    template = levels[-1].template
+    after = [layer for level in reversed(levels) for layer in level.after]
+    code: list[str] = []
+    for layer in after:
+        if layer.get("class_name") in _CODE_LAYERS or code:
+            code.append(_name(layer))  # everything after a code layer depends on it
+    return WrapperInfo(
+        towers=tuple(level.towers for level in levels),
+        template_name=_name(template),
+        template_class="Sequential" if template.get("class_name") == "Sequential"
+        else "Functional",
+        template_layers=len([layer for layer in config_layers(template)
+                             if layer.get("class_name") != "InputLayer"]),
+        depth=len(levels),
+        after_layers=tuple((_name(layer), str(layer.get("class_name"))) for layer in after),
+        code_layers=tuple(code),
+        template_lambdas=tuple(_name(node) for node in walk_config(template)
+                               if node.get("class_name") == "Lambda"),
+    )
+
+
+def _levels(config: dict[str, Any]) -> list[_Level]:
+    """The wrappers from the outermost in; empty when `config` is not a wrapper."""
+    levels: list[_Level] = []
+    node = config
+    while isinstance(node, dict) and node.get("class_name") in ("Functional", "Model"):
+        level = _level(node)
+        if level is None:
+            break
+        levels.append(level)
+        node = level.template
+    return levels
+
+
+def _level(config: dict[str, Any]) -> _Level | None:
+    layers = config_layers(config)
+    by_name = {_name(layer): layer for layer in layers}
+    for candidate in layers:
+        if candidate.get("class_name") not in MODEL_CLASSES:
+            continue
+        calls = _inbound(candidate)
+        if len(calls) < 2 or any(len(call) != 1 for call in calls):
+            continue
+        feeders = [by_name.get(call[0]) for call in calls]
+        if not all(f is not None and f.get("class_name") == "Lambda" for f in feeders):
+            continue
+        tname = _name(candidate)
+        concat = next((
+            layer for layer in layers
+            if layer.get("class_name") == "Concatenate"
+            and (layer.get("config") or {}).get("axis") == 0
+            and _inbound(layer) and set(_inbound(layer)[0]) == {tname}
+        ), None)
+        if concat is None:
+            continue
+        after = _chain_after(config, by_name, _name(concat))
+        if after is None:
+            continue
+        return _Level(config, candidate, len(calls), tuple(after))
+    return None
+
+
+def _chain_after(config: dict[str, Any], by_name: dict[str, dict[str, Any]],
+                 concat: str) -> list[dict[str, Any]] | None:
+    """The single chain of layers from the Concatenate to the one output, or None."""
+    outputs = (config.get("config") or {}).get("output_layers")
+    if isinstance(outputs, list) and outputs and isinstance(outputs[0], str):
+        outputs = [outputs]
+    if not isinstance(outputs, list) or len(outputs) != 1:
+        return None
+    chain: list[dict[str, Any]] = []
+    name = outputs[0][0]
+    while name != concat:
+        layer = by_name.get(name)
+        if layer is None or len(chain) > len(by_name):
+            return None
+        calls = _inbound(layer)
+        if len(calls) != 1 or len(calls[0]) != 1:
+            return None
+        chain.append(layer)
+        name = calls[0][0]
+    return list(reversed(chain))
+
+
+def _inbound(layer: dict[str, Any]) -> list[list[str]]:
+    """Per call of `layer`, the names of the layers feeding it (Keras 2 and 3 formats)."""
+    calls: list[list[str]] = []
+    for node in layer.get("inbound_nodes") or []:
+        if isinstance(node, list):  # Keras 2: [["dense", 0, 0, {}], ...]
+            calls.append([entry[0] for entry in node
+                          if isinstance(entry, list) and entry and isinstance(entry[0], str)])
+        elif isinstance(node, dict):  # Keras 3: {"args": [...keras tensors...], "kwargs": {}}
+            names = []
+            for item in walk_config(node.get("args")):
+                history = (item.get("config") or {}).get("keras_history") if (
+                    item.get("class_name") == "__keras_tensor__") else None
+                if isinstance(history, list) and history:
+                    names.append(history[0])
+            calls.append(names)
+    return calls
+
+
+def config_layers(model_config: dict[str, Any]) -> list[dict[str, Any]]:
+    """The layer entries of a model config, old (list-style) Sequential configs too."""
+    inner = model_config.get("config")
+    if isinstance(inner, list):  # Keras 2.0-2.1 Sequential: config is the layer list
+        return inner
+    layers = (inner or {}).get("layers")
+    return layers if isinstance(layers, list) else []
+
+
+def _name(layer: dict[str, Any]) -> str:
+    cfg = layer.get("config")
+    return str(layer.get("name") or (cfg.get("name") if isinstance(cfg, dict) else None) or "?")
+
+
+def walk_config(node: Any) -> Iterator[dict[str, Any]]:
+    """Every dict in a nested config, so nested models are searched too."""
+    if isinstance(node, dict):
+        yield node
+        for value in node.values():
+            yield from walk_config(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from walk_config(value)
+
+
+# -- recovery (Keras) ---------------------------------------------------------
+@dataclass
+class Recovered:
+    """The plain model recovered from a wrapper, and what was done to get it."""
+
+    model: Any
+    wrapper: WrapperInfo
+    skipped: tuple[str, ...]
+    weights_set: int
+    compile_note: str
+
+    def summary(self) -> str:
+        lines = [f"found: {self.wrapper.describe()}",
+                 f"recovered '{self.model.name}' ({len(self.model.layers)} layers, "
+                 f"{self.model.count_params():,} parameters); {self.weights_set} weight "
+                 "arrays set, each to its own layer, none missing"]
+        appended = [n for n, _ in self.wrapper.after_layers if n not in self.skipped]
+        if appended:
+            lines.append("appended after the template: " + ", ".join(appended))
+        if self.skipped:
+            lines.append("NOT recovered (they would run code from the file): "
+                         + ", ".join(self.skipped) + "; the model ends before them")
+        lines.append(self.compile_note)
+        return "\n".join(lines)
+
+
+def recover_model(path: str | Path, *, custom_objects: dict[str, Any] | None = None,
+                  compile: bool = True, log: Log | None = None) -> Recovered:
+    """Rebuild the template inside a multi-GPU wrapper file, with its weights.
+
+    Raises ModelError when the file is not a wrapper, a weight is missing, or
+    the template needs a class that is not available (provide it through a .py
+    with `custom_objects`). Build inside `strategy.scope()` to train it.
+    """
+    from mgpu_gui.core.modelfiles.inspection import inspect_model_file
+
+    info = inspect_model_file(path)
+    wrapper = info.wrapper
+    if wrapper is None:
+        raise ModelError(f"{info.path.name} is not a multi-GPU wrapper; load it as it is.")
+    log = log or (lambda text: None)
+    custom_objects = dict(custom_objects or {})
+    if info.format == "h5":
+        config, training, compile_config = _h5_configs(info.path)
+    else:
+        config, compile_config = _keras_configs(info.path)
+        training = None
+    levels = _levels(config)
+    template_cfg = levels[-1].template
+    if wrapper.template_lambdas:
+        raise ModelError(
+            f"{info.path.name}: the template '{wrapper.template_name}' itself has Lambda "
+            f"layers ({', '.join(wrapper.template_lambdas)}); rebuilding it would run code "
+            "from the file, so it cannot be unwrapped safely.")
+    _check_classes(info.path.name, template_cfg, custom_objects)
+    template = _build_template(info.path.name, template_cfg, custom_objects)
+    appended, skipped = _after_layers(info.path.name, levels, custom_objects)
+    model = _append(template, [layer for _, layer in appended]) if appended else template
+    if info.format == "h5":
+        count = _set_h5_weights(info.path, model, skip=set(skipped))
+    else:
+        count = _set_keras_weights(info.path, levels, template, appended)
+    note = "not compiled (the file has no training settings)"
+    if compile and (training or compile_config):
+        note = _compile(model, training, compile_config, info.path.name)
+    recovered = Recovered(model, wrapper, tuple(skipped), count, note)
+    for line in recovered.summary().splitlines():
+        log(line)
+    return recovered
+
+
+def _h5_configs(path: Path) -> tuple[dict[str, Any], dict | None, dict | None]:
+    import h5py
+
+    with h5py.File(path, "r") as h5:
+        config = json.loads(_text(h5.attrs["model_config"]))
+        raw = h5.attrs.get("training_config")
+    return config, (json.loads(_text(raw)) if raw is not None else None), None
+
+
+def _keras_configs(path: Path) -> tuple[dict[str, Any], dict | None]:
+    with zipfile.ZipFile(path) as archive:
+        config = json.loads(archive.read("config.json"))
+    return config, config.get("compile_config") or None
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def _normalized(node: Any) -> Any:
+    """A Keras 2 config in the form Keras 3 reads: 'Model' -> 'Functional', batch shapes."""
+    if isinstance(node, list):
+        return [_normalized(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    node = {k: _normalized(v) for k, v in node.items()}
+    if node.get("class_name") == "Model":
+        node["class_name"] = "Functional"
+    if node.get("class_name") == "Sequential" and isinstance(node.get("config"), list):
+        node["config"] = {"name": node.get("name", "sequential"), "layers": node["config"]}
+    if node.get("class_name") == "Sequential":
+        node["config"] = _sequential_input(node["config"])
+    cfg = node.get("config")
+    if node.get("class_name") == "InputLayer" and isinstance(cfg, dict):
+        if "batch_input_shape" in cfg:
+            cfg.setdefault("batch_shape", cfg.pop("batch_input_shape"))
+        if cfg.get("ragged") is False:
+            cfg.pop("ragged")
+    return node
+
+
+def _sequential_input(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Keras 2 Sequential: the input shape sits on the first layer; give it an InputLayer."""
+    layers = list(cfg.get("layers") or [])
+    shape = None
+    for layer in layers:
+        inner = layer.get("config") or {}
+        for key in ("batch_input_shape", "batch_shape"):
+            if layer.get("class_name") != "InputLayer" and key in inner:
+                shape = shape or inner.pop(key)
+        if layer.get("class_name") != "InputLayer":
+            inner.pop("input_shape", None)
+    if shape is not None and (not layers or layers[0].get("class_name") != "InputLayer"):
+        layers.insert(0, {"class_name": "InputLayer",
+                          "config": {"batch_shape": shape, "name": "input"}})
+    return {**cfg, "layers": layers}
+
+
+def _check_classes(file: str, template: dict[str, Any], custom_objects: dict[str, Any]) -> None:
+    for node in _layer_entries(template):
+        name = str(node.get("class_name"))
+        if name in MODEL_CLASSES or _known_layer(node, custom_objects):
+            continue
+        key = node.get("registered_name") or name
+        raise ModelError(
+            f"{file}: the template uses a custom layer class '{name}' that is not "
+            f"available: provide it through a .py file that defines it and "
+            f"`custom_objects = {{'{key}': {name}}}` (--custom-objects, or the app's "
+            "custom objects file).")
+
+
+def _layer_entries(model_config: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every layer entry of a model config, nested models' layers included."""
+    for layer in config_layers(model_config):
+        yield layer
+        if layer.get("class_name") in MODEL_CLASSES:
+            yield from _layer_entries(layer)
+
+
+def _known_layer(node: dict[str, Any], custom_objects: dict[str, Any]) -> bool:
+    import keras
+
+    name = str(node.get("class_name"))
+    if name in custom_objects or node.get("registered_name") in custom_objects:
+        return True
+    return isinstance(getattr(keras.layers, name, None), type)
+
+
+def _build_template(file: str, template: dict[str, Any], custom_objects: dict[str, Any]) -> Any:
+    import keras
+
+    entry = _normalized(template)
+    cls = keras.Sequential if entry["class_name"] == "Sequential" else keras.Model
+    try:
+        return cls.from_config(entry["config"], custom_objects=custom_objects or None)
+    except Exception as exc:
+        raise ModelError(f"{file}: could not rebuild the template '{_name(template)}' from its "
+                         f"config: {type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
+
+
+def _after_layers(file: str, levels: list[_Level], custom_objects: dict[str, Any]
+                  ) -> tuple[list[tuple[str, Any]], list[str]]:
+    import keras
+
+    appended: list[tuple[str, Any]] = []
+    skipped: list[str] = []
+    for level in reversed(levels):
+        for entry in level.after:
+            name = _name(entry)
+            if skipped or entry.get("class_name") in _CODE_LAYERS or not _known_layer(
+                    entry, custom_objects):
+                skipped.append(name)
+                continue
+            layer_cfg = _normalized(entry)
+            kind = str(entry.get("class_name"))
+            cls = custom_objects.get(entry.get("registered_name") or kind) or custom_objects.get(
+                kind) or getattr(keras.layers, kind)
+            try:
+                layer = cls.from_config(layer_cfg["config"])
+            except Exception as exc:
+                raise ModelError(f"{file}: could not rebuild layer '{name}' after the "
+                                 f"Concatenate: {type(exc).__name__}: {exc}") from exc
+            appended.append((name, layer))
+    return appended, skipped
+
+
+def _append(model: Any, layers: list[Any]) -> Any:
+    import keras
+
+    if isinstance(model, keras.Sequential):
+        return keras.Sequential([keras.Input(batch_shape=model.inputs[0].shape,
+                                             dtype=model.inputs[0].dtype),
+                                 *model.layers, *layers], name=model.name)
+    out = model.outputs[0]
+    for layer in layers:
+        out = layer(out)
+    return keras.Model(model.inputs, out, name=model.name)
+
+
+def _leaf_layers(model: Any) -> list[Any]:
+    import keras
+
+    leaves: list[Any] = []
+    for layer in model.layers:
+        if isinstance(layer, keras.Model):
+            leaves.extend(_leaf_layers(layer))
+        else:
+            leaves.append(layer)
+    return leaves
+
+
+# .h5: weights by layer name
+def _set_h5_weights(path: Path, model: Any, skip: set[str]) -> int:
+    import h5py
+
+    stored: dict[str, list[tuple[str, np.ndarray]]] = {}
+    with h5py.File(path, "r") as h5:
+        if "model_weights" not in h5:
+            raise ModelError(f"{path.name} has no model_weights group: the weights are missing; "
+                             "save the model again with model.save().")
+        root = h5["model_weights"]
+        layer_names = [_text(n) for n in root.attrs.get("layer_names", [])]
+        for group_name in layer_names:
+            if group_name not in root:
+                raise ModelError(f"{path.name}: weight group 'model_weights/{group_name}' is "
+                                 "missing; the file is incomplete, save it again.")
+            group = root[group_name]
+            for full in (_text(n) for n in group.attrs.get("weight_names", [])):
+                if full not in group:
+                    raise ModelError(f"{path.name}: weight 'model_weights/{group_name}/{full}' "
+                                     "is listed but missing; the file is incomplete.")
+                stored.setdefault(group_name, []).append((full, np.asarray(group[full])))
+    leaves = {layer.name: layer for layer in _leaf_layers(model)}
+    by_layer: dict[str, list[tuple[str, np.ndarray]]] = {}
+    for group_name, entries in stored.items():
+        for full, value in entries:
+            parts = full.split("/")
+            owner = next((p for p in parts[:-1] if p in leaves), None)
+            if owner is None and group_name in leaves:
+                owner = group_name
+            if owner is None:
+                if group_name in skip or any(p in skip for p in parts):
+                    continue
+                raise ModelError(f"{path.name}: stored weight 'model_weights/{group_name}/"
+                                 f"{full}' belongs to no layer of the recovered model.")
+            by_layer.setdefault(owner, []).append((parts[-1].split(":")[0], value))
+    count = 0
+    for name, layer in leaves.items():
+        if not layer.weights:
+            continue
+        entries = by_layer.get(name)
+        if not entries:
+            raise ModelError(
+                f"{path.name}: no weights stored for layer '{name}' (expected "
+                f"{', '.join(v.name for v in layer.weights)}); the weight group is missing, "
+                "so the model cannot be recovered. Use a complete copy of the file.")
+        layer.set_weights(_match(path.name, layer, entries))
+        count += len(entries)
+    return count
+
+
+def _match(file: str, layer: Any, entries: list[tuple[str, np.ndarray]]) -> list[np.ndarray]:
+    """Stored arrays in the order of `layer.weights`: by variable name, else in stored order."""
+    names = [v.name.split("/")[-1].split(":")[0] for v in layer.weights]
+    stored = dict(entries)
+    if len(stored) == len(entries) and sorted(stored) == sorted(names):
+        values = [stored[n] for n in names]
+    elif len(entries) == len(names):
+        values = [value for _, value in entries]
+    else:
+        raise ModelError(f"{file}: layer '{layer.name}' has {len(names)} weights "
+                         f"({', '.join(names)}) but the file stores {len(entries)} "
+                         f"({', '.join(n for n, _ in entries)}).")
+    for variable, value in zip(layer.weights, values, strict=True):
+        if tuple(variable.shape) != value.shape:
+            raise ModelError(f"{file}: weight '{variable.name}' of layer '{layer.name}' has "
+                             f"shape {tuple(variable.shape)} but the file stores {value.shape}.")
+    return values
+
+
+# .keras: weights by saved object path
+def _set_keras_weights(path: Path, levels: list[_Level], template: Any,
+                       appended: list[tuple[str, Any]]) -> int:
+    import h5py
+    from keras.src.saving import saving_lib
+    from keras.src.utils.naming import to_snake_case
+
+    with zipfile.ZipFile(path) as archive:
+        data = io.BytesIO(archive.read("model.weights.h5"))
+    placed = {name: layer for name, layer in appended}
+    targets: list[tuple[str, Any]] = []
+    prefix = ""
+    for level in levels:
+        used: dict[str, int] = {}
+        paths = {}
+        for entry in config_layers(level.config):
+            snake = _unique(to_snake_case(_normalized(entry)["class_name"]), used)
+            paths[_name(entry)] = f"{prefix}layers/{snake}"
+        for entry in level.after:
+            if _name(entry) in placed:
+                targets.append((paths[_name(entry)], placed[_name(entry)]))
+        prefix = paths[_name(level.template)] + "/"
+    targets.append((prefix.rstrip("/"), template))
+    store = saving_lib.H5IOStore(data, mode="r")
+    count = 0
+    try:
+        with h5py.File(io.BytesIO(data.getvalue()), "r") as h5:
+            for where, obj in targets:
+                stored = _count_datasets(h5, where)
+                if where not in h5 and obj.weights:
+                    raise ModelError(f"{path.name}: weight group '{where}' is missing; "
+                                     "the file is incomplete.")
+                errors: dict[int, Any] = {}
+                saving_lib._load_state(obj, store, None, inner_path=where,
+                                       visited_saveables=set(), failed_saveables=set(),
+                                       error_msgs=errors)
+                if errors:
+                    _, exc = next(iter(errors.values()))
+                    raise ModelError(f"{path.name}: the weights under '{where}' do not fit "
+                                     f"'{obj.name}': {exc}")
+                if stored != len(obj.weights):
+                    raise ModelError(f"{path.name}: '{where}' stores {stored} weight arrays but "
+                                     f"'{obj.name}' has {len(obj.weights)}.")
+                count += stored
+    finally:
+        store.close()
+    return count
+
+
+def _unique(name: str, used: dict[str, int]) -> str:
+    if name in used:
+        used[name] += 1
+        return f"{name}_{used[name]}"
+    used[name] = 0
+    return name
+
+
+def _count_datasets(h5: Any, where: str) -> int:
+    import h5py
+
+    if where not in h5:
+        return 0
+    found = [0]
+
+    def visit(_name: str, obj: Any) -> None:
+        if isinstance(obj, h5py.Dataset):
+            found[0] += 1
+
+    h5[where].visititems(visit)
+    return found[0]
+
+
+def _compile(model: Any, training: dict | None, compile_config: dict | None, file: str) -> str:
+    if training:
+        from mgpu_gui.engine.models import compile_from_training_config
+
+        done = compile_from_training_config(model, training, lambda _: None)
+        if not done:
+            return "not compiled: the file's training settings could not be used"
+    else:
+        try:
+            model.compile_from_config(compile_config)
+        except Exception as exc:
+            return f"not compiled: the file's compile settings could not be used ({exc})"
+    # A fresh, built optimizer: the saved model then reloads without a variable mismatch.
+    model.optimizer.build(model.trainable_variables)
+    return (f"compiled with the settings saved in {file} "
+            f"({type(model.optimizer).__name__}, loss {_loss_text(model.loss)}); "
+            "the optimizer state (moments, step count) is not carried over")
+
+
+def _loss_text(loss: Any) -> str:
+    return loss if isinstance(loss, str) else getattr(loss, "name", type(loss).__name__)
+

@@ -1,0 +1,197 @@
+"""A QThread supervises the training worker process and turns its events into signals.
+
+The worker is a child process (TensorFlow never loads in the GUI process); a
+reader object living in a QThread blocks on the worker's event pipe and
+re-emits each event, in order, as a queued signal to the GUI thread.
+
+With a run store, every run it starts or resumes is recorded there: the worker
+supervisor writes the events on a connection of its own, in the reader thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from enum import StrEnum
+from pathlib import Path
+
+from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
+
+from mgpu_gui.core.children.supervisor import (
+    PreparedRun,
+    RunOutcome,
+    WorkerProcess,
+    prepare_resume,
+    prepare_run,
+)
+from mgpu_gui.core.config import RunConfig
+from mgpu_gui.core.devices.nvml import query_inventory
+from mgpu_gui.core.errors import UserError
+from mgpu_gui.core.runs.cluster import (
+    ClusterSpec,
+    check_port_free,
+    one_replica_per_cpu_worker,
+    write_cluster,
+)
+from mgpu_gui.core.runs.folder import RunDir
+from mgpu_gui.core.runs.store import RunState as StoreState
+from mgpu_gui.core.runs.store import RunStore
+
+STOP_TIMEOUT_MS = 30_000  # a graceful stop ends at the next batch; after this, kill
+# Training is background work: on a saturated CPU (CPU replicas, heavy input pipelines)
+# the window must still get a core at once. Measured on 2 cores: see gui_responsiveness.py.
+WORKER_NICE = 10
+
+
+class RunState(StrEnum):
+    IDLE = "idle"
+    RUNNING = "running"
+    STOPPING = "stopping"
+
+
+class _EventReader(QObject):
+    """Lives in the supervising QThread; blocks on the pipe, never on the GUI."""
+
+    event = Signal(object)
+    finished = Signal(object)  # RunOutcome
+
+    def __init__(self, worker: WorkerProcess):
+        super().__init__()
+        self.worker = worker
+
+    @Slot()
+    def run(self) -> None:
+        for event in self.worker.events():
+            self.event.emit(event)
+        self.finished.emit(self.worker.outcome())
+        QThread.currentThread().quit()  # from here: the controller's wait() must not deadlock
+
+
+class RunController(QObject):
+    """Starts, stops and watches one training run at a time."""
+
+    event = Signal(object)  # a core Event, in order, on the GUI thread
+    output = Signal(str)  # a line the worker printed (Keras, TensorFlow, user code)
+    started = Signal(object)  # PreparedRun
+    finished = Signal(object)  # RunOutcome
+    state_changed = Signal(str)  # RunState
+
+    def __init__(self, parent: QObject | None = None, *, stop_timeout_ms: int = STOP_TIMEOUT_MS,
+                 store: RunStore | None = None):
+        """`store`: the run history to record runs in (opened in the GUI thread; None: no
+        history). Its owner closes it."""
+        super().__init__(parent)
+        self.stop_timeout_ms = stop_timeout_ms
+        self.store = store
+        self.state = RunState.IDLE
+        self.run: PreparedRun | None = None
+        self._worker: WorkerProcess | None = None
+        self._thread: QThread | None = None
+        self._reader: _EventReader | None = None
+        self._kill_timer = QTimer(self)
+        self._kill_timer.setSingleShot(True)
+        self._kill_timer.timeout.connect(self._kill)
+
+    @property
+    def worker_pid(self) -> int | None:
+        return self._worker.pid if self._worker else None
+
+    def is_running(self) -> bool:
+        return self.state is not RunState.IDLE
+
+    def start(self, config: RunConfig, *, allow_busy: bool = False) -> PreparedRun:
+        """Check and start a run; a UserError (bad input, devices in use) is raised before
+        anything starts."""
+        if self.is_running():
+            raise RuntimeError("a run is already in progress")
+        return self._launch(prepare_run(config, store=self.store, allow_busy=allow_busy))
+
+    def start_cluster(self, config: RunConfig, spec: ClusterSpec, *,
+                      resume: RunDir | None = None) -> PreparedRun:
+        """Start this machine as the chief of a multi-worker run (or resume one); the
+        other workers join with `mgpu-train worker`. UserErrors as for `start`."""
+        if self.is_running():
+            raise RuntimeError("a run is already in progress")
+        inventory = query_inventory()
+        check_port_free(spec.port)
+        if resume is not None:
+            run = prepare_resume(resume.path, inventory, self.store)
+        else:
+            run = prepare_run(one_replica_per_cpu_worker(config, inventory), inventory,
+                              self.store)
+        try:
+            write_cluster(run.run_dir, spec)
+        except BaseException:
+            run.release()
+            raise
+        return self._launch(run)
+
+    def resume(self, run: int | str | Path) -> PreparedRun:
+        """Continue a stopped, failed or interrupted run (a store id, or its folder) from its
+        last complete epoch; a UserError says why it cannot be resumed."""
+        if self.is_running():
+            raise RuntimeError("a run is already in progress")
+        return self._launch(prepare_resume(self._run_folder(run), store=self.store))
+
+    def _run_folder(self, run: int | str | Path) -> Path:
+        if isinstance(run, int) or (isinstance(run, str) and run.isdigit()):
+            if self.store is None:
+                raise UserError(f"Cannot find run {run}: the run history is off. "
+                                f"Resume the run by its folder instead.")
+            return self.store.get(int(run)).run_dir
+        return Path(run)
+
+    def _launch(self, run: PreparedRun) -> PreparedRun:
+        try:
+            worker = WorkerProcess(run, on_output=self.output.emit,  # emitted from a pump thread
+                                   nice=WORKER_NICE, store=self.store)
+            worker.start()
+        except BaseException as error:
+            run.release()  # the run never started: it must not look live
+            if self.store is not None and run.run_id is not None:
+                with contextlib.suppress(Exception):  # the history must not hide the error
+                    self.store.set_status(run.run_id, StoreState.FAILED,
+                                          f"The training process could not start: {error}")
+            raise
+        thread = QThread(self)
+        reader = _EventReader(worker)
+        reader.moveToThread(thread)
+        thread.started.connect(reader.run)
+        reader.event.connect(self.event)
+        reader.finished.connect(self._on_finished)
+        thread.finished.connect(reader.deleteLater)
+        self.run, self._worker, self._thread, self._reader = run, worker, thread, reader
+        thread.start()
+        self._set_state(RunState.RUNNING)
+        self.started.emit(run)
+        return run
+
+    def stop(self) -> None:
+        """Graceful stop at the next batch boundary; a hard kill after the timeout."""
+        if self.state is not RunState.RUNNING or self._worker is None:
+            return
+        self._worker.request_stop()
+        self._set_state(RunState.STOPPING)
+        self._kill_timer.start(self.stop_timeout_ms)
+
+    def wait(self, timeout_ms: int) -> bool:
+        """Block until the supervising thread ended (tests, and quitting the app)."""
+        return self._thread is None or self._thread.wait(timeout_ms)
+
+    @Slot()
+    def _kill(self) -> None:
+        if self._worker is not None:
+            self._worker.kill()
+
+    @Slot(object)
+    def _on_finished(self, outcome: RunOutcome) -> None:
+        self._kill_timer.stop()
+        if self._thread is not None:
+            self._thread.wait()
+            self._thread.deleteLater()
+        self._worker, self._thread, self._reader = None, None, None
+        self._set_state(RunState.IDLE)
+        self.finished.emit(outcome)
+
+    def _set_state(self, state: RunState) -> None:
+        self.state = state
+        self.state_changed.emit(state.value)

@@ -1,0 +1,410 @@
+"""The Runs tab: the run history from the store, and what can be done with past runs.
+
+The table lists every run the store knows (newest first): its state, when it
+started, its name, model, devices, epochs and best epoch. For the selected
+runs it offers: show one run's curves, compare several, resume one that was
+stopped, failed or interrupted, reveal its folder, delete runs (folder and row).
+Showing curves and resuming are the main window's to do: the panel asks by
+signal. Reads are one short SELECT, so the table refreshes on run events and,
+while it is visible, on a slow timer (runs started from a terminal show up).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from PySide6.QtCore import (
+    QItemSelection,
+    QItemSelectionModel,
+    QSortFilterProxyModel,
+    Qt,
+    QTimer,
+    QUrl,
+    Signal,
+)
+from PySide6.QtGui import (
+    QAction,
+    QDesktopServices,
+    QHideEvent,
+    QKeySequence,
+    QShowEvent,
+)
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHBoxLayout,
+    QLabel,
+    QMessageBox,
+    QSizePolicy,
+    QStackedWidget,
+    QTableView,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from mgpu_gui.core.runs.lock import is_live
+from mgpu_gui.core.runs.store import RunRecord, RunState, RunStore
+from mgpu_gui.gui.dialogs.run_compare import ComparedRun, RunCompareDialog
+from mgpu_gui.gui.widgets.runs_table import (
+    COLUMNS,
+    ID_ROLE,
+    SORT_ROLE,
+    RunsTableModel,
+    short_name,
+)
+
+REFRESH_MS = 5_000  # while visible: runs started elsewhere (the CLI) appear
+DELETE_JOIN_S = 10.0  # on shutdown, how long unfinished folder deletions may hold the exit
+
+
+class RunsPanel(QWidget):
+    """The run history table and its actions; the main window feeds it the run state."""
+
+    show_curves_requested = Signal(int)  # run id: load its stored curves
+    resume_requested = Signal(int)  # run id: continue it from its last complete epoch
+    runs_deleted = Signal(list)  # the RunRecords whose folder and row were deleted
+    refreshed = Signal(list)  # the RunRecords now shown
+
+    def __init__(self, store: RunStore | None, parent: QWidget | None = None, *,
+                 unavailable: str = ""):
+        """`store` None: the history is off; `unavailable` says why."""
+        super().__init__(parent)
+        self.setAccessibleName("Runs")
+        self.store = store
+        # Opens a folder in the file manager; replaceable (tests, or another opener).
+        self.open_url: Callable[[QUrl], object] = QDesktopServices.openUrl
+        self._run_active = False
+        self._deletions: list[threading.Thread] = []
+        self._dialogs: list[RunCompareDialog] = []
+        self._shut_down = False
+
+        self.model = RunsTableModel(self)
+        self.proxy = QSortFilterProxyModel(self)
+        self.proxy.setSourceModel(self.model)
+        self.proxy.setSortRole(SORT_ROLE)
+        self.table = self._build_table()
+        self.empty_label = QLabel(wordWrap=True)
+        self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.empty_label.setAccessibleName("No runs")
+        self.empty_label.setStyleSheet("color: palette(placeholder-text); padding: 12px;")
+        self.empty_label.setText(
+            "No runs yet. Every run you train is listed here with its state, best epoch and "
+            "folder; select runs to show their curves, compare them or resume one."
+            if store is not None else
+            f"The run history is off: {unavailable or 'the run store could not be opened.'} "
+            f"Training still works; runs are not listed here.")
+        self.stack = QStackedWidget()
+        self.stack.addWidget(self.empty_label)
+        self.stack.addWidget(self.table)
+        self.message = QLabel(wordWrap=True)
+        self.message.setAccessibleName("Runs message")
+        self.message.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.message.hide()
+
+        self._build_actions()
+        buttons = QVBoxLayout()
+        buttons.setSpacing(2)
+        self.buttons: dict[str, QToolButton] = {}
+        for key, action in self.actions_by_key.items():
+            button = QToolButton()
+            button.setDefaultAction(action)
+            button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
+            button.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+            button.setAccessibleName(action.text().replace("&", "").rstrip("…"))
+            buttons.addWidget(button)
+            self.buttons[key] = button
+        buttons.addStretch(1)
+        body = QHBoxLayout()
+        body.setContentsMargins(0, 0, 0, 0)
+        body.addWidget(self.stack, 1)
+        body.addLayout(buttons)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(2, 2, 2, 2)
+        layout.addWidget(self.message)
+        layout.addLayout(body, 1)
+
+        self._timer = QTimer(self)
+        self._timer.setInterval(REFRESH_MS)
+        self._timer.timeout.connect(self.refresh)
+        self.table.selectionModel().selectionChanged.connect(self._update_actions)
+        self.table.doubleClicked.connect(lambda _: self.show_curves())
+        self.refresh()
+
+    # -- construction ------------------------------------------------------------------
+
+    def _build_table(self) -> QTableView:
+        table = QTableView()
+        table.setAccessibleName("Run history")
+        table.setToolTip("Past and running runs; select one or more (Ctrl/Shift-click)")
+        table.setModel(self.proxy)
+        table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        table.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+        table.setSortingEnabled(True)
+        table.sortByColumn(1, Qt.SortOrder.DescendingOrder)
+        table.setAlternatingRowColors(True)
+        table.setWordWrap(False)
+        table.setShowGrid(False)
+        table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        table.verticalHeader().hide()
+        table.verticalHeader().setDefaultSectionSize(table.fontMetrics().height() + 8)
+        header = table.horizontalHeader()
+        header.setStretchLastSection(True)
+        header.setHighlightSections(False)
+        header.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
+        table.setContextMenuPolicy(Qt.ContextMenuPolicy.ActionsContextMenu)
+        return table
+
+    def _build_actions(self) -> None:
+        def action(text: str, tip: str, slot, shortcut=None) -> QAction:
+            act = QAction(text, self)
+            act.setToolTip(tip)
+            act.setStatusTip(tip)
+            act.setData(tip)  # the tooltip when enabled; a disabled one says why
+            if shortcut is not None:
+                act.setShortcut(QKeySequence(shortcut))
+                act.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+            act.triggered.connect(lambda _=False: slot())
+            self.table.addAction(act)  # the table's context menu
+            return act
+
+        self.show_curves_action = action(
+            "Show curves", "Show the selected run's curves in the plots (or double-click it)",
+            self.show_curves)
+        self.compare_action = action(
+            "Compare…", "Overlay one metric per epoch of the selected runs in a new window",
+            self.compare)
+        self.resume_action = action(
+            "Resume", "Continue the selected run from its last complete epoch, up to the "
+            "epochs it asked for", self.request_resume)
+        self.reveal_action = action(
+            "Reveal folder", "Open the run's folder (checkpoints, logs, exports) in the file "
+            "manager", self.reveal_folder)
+        self.delete_action = action(
+            "Delete…", "Delete the selected runs: their folders and history (asks first)",
+            self.delete_selected, QKeySequence.StandardKey.Delete)
+        self.actions_by_key = {"show": self.show_curves_action, "compare": self.compare_action,
+                               "resume": self.resume_action, "reveal": self.reveal_action,
+                               "delete": self.delete_action}
+
+    # -- state from the window -------------------------------------------------------------
+
+    def set_run_active(self, active: bool) -> None:
+        """While a run trains, the plots are its: no other curves, no second run."""
+        if active != self._run_active:
+            self._run_active = active
+            self._update_actions()
+
+    def refresh(self) -> None:
+        if self.store is None or self._shut_down:
+            self._update_actions()
+            return
+        try:
+            records = self.store.runs()
+        except Exception as error:  # a broken or locked store must not break the window
+            self.show_message(f"Could not read the run history: {error}")
+            return
+        self.model.set_records(records)
+        self.stack.setCurrentWidget(self.table if records else self.empty_label)
+        if records and not self.table.property("sized"):
+            self._size_columns()
+        self._update_actions()
+        self.refreshed.emit(records)
+
+    def show_message(self, text: str) -> None:
+        self.message.setText(text)
+        self.message.setVisible(bool(text))
+
+    def shutdown(self) -> None:
+        """For the window's close: stop the timer, close comparisons, finish deletions."""
+        self._shut_down = True
+        self._timer.stop()
+        for dialog in list(self._dialogs):
+            dialog.close()
+        self.wait_for_deletions(DELETE_JOIN_S)
+
+    def wait_for_deletions(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        for thread in self._deletions:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        self._deletions = [t for t in self._deletions if t.is_alive()]
+        return not self._deletions
+
+    # -- selection -------------------------------------------------------------------------
+
+    def records(self) -> list[RunRecord]:
+        return list(self.model.records)
+
+    def selected_records(self) -> list[RunRecord]:
+        rows = sorted({self.proxy.mapToSource(i).row()
+                       for i in self.table.selectionModel().selectedRows()})
+        return [self.model.records[r] for r in rows]
+
+    def select_runs(self, run_ids: Sequence[int]) -> None:
+        wanted = set(run_ids)
+        selection = QItemSelection()
+        for row in range(self.proxy.rowCount()):
+            index = self.proxy.index(row, 0)
+            if index.data(ID_ROLE) in wanted:
+                selection.select(index, self.proxy.index(row, len(COLUMNS) - 1))
+        self.table.selectionModel().select(
+            selection, QItemSelectionModel.SelectionFlag.ClearAndSelect)
+
+    # -- actions ---------------------------------------------------------------------------
+
+    def show_curves(self) -> None:
+        selected = self.selected_records()
+        if len(selected) == 1 and not self._run_active:
+            self.show_curves_requested.emit(selected[0].id)
+
+    def compare(self) -> RunCompareDialog | None:
+        selected = self.selected_records()
+        if len(selected) < 2 or self.store is None:
+            return None
+        names = [short_name(r) for r in selected]
+        labels = [name if names.count(name) == 1 else f"{name} (run {r.id})"
+                  for name, r in zip(names, selected, strict=True)]
+        runs = [ComparedRun.from_events(label, self.store.series_events(r.id, batches=False))
+                for label, r in zip(labels, selected, strict=True)]
+        dialog = RunCompareDialog(runs, self)
+        self._dialogs.append(dialog)
+        dialog.destroyed.connect(lambda _=None, d=dialog: self._forget_dialog(d))
+        dialog.show()
+        return dialog
+
+    def request_resume(self) -> None:
+        selected = self.selected_records()
+        if len(selected) == 1 and self._resume_blocker(selected) is None:
+            self.resume_requested.emit(selected[0].id)
+
+    def reveal_folder(self) -> None:
+        selected = [r for r in self.selected_records() if r.folder_exists]
+        if selected:
+            self.open_url(QUrl.fromLocalFile(str(selected[0].run_dir)))
+
+    def delete_selected(self) -> None:
+        selected = self.selected_records()
+        if not selected or self.store is None:
+            return
+        live = [r for r in selected if r.folder_exists and is_live(r.run_dir)]
+        if live:
+            self.show_message(
+                f"{short_name(live[0])} is still running: stop it first (Run ▸ Stop), then "
+                f"delete it." if len(live) == 1 else
+                f"{len(live)} of the selected runs are still running: stop them first.")
+            return
+        if not self.confirm_delete(selected):
+            return
+        deleted, problems = [], []
+        for record in selected:
+            try:
+                self._delete_folder(record.run_dir)
+            except OSError as error:
+                problems.append(f"{record.run_dir}: {error.strerror or error}")
+                continue
+            self.store.delete(record.id)
+            deleted.append(record)
+        self.show_message(("Could not delete " + "; ".join(problems) + ". Check its "
+                           "permissions, or delete it in the file manager.") if problems else "")
+        self.refresh()
+        if deleted:
+            self.runs_deleted.emit(deleted)
+
+    def confirm_delete(self, records: Sequence[RunRecord]) -> bool:
+        folders = [str(r.run_dir) for r in records if r.folder_exists]
+        if len(records) == 1:
+            text = f"Delete the run “{short_name(records[0])}”"
+        else:
+            text = f"Delete these {len(records)} runs"
+        if folders:
+            shown = "\n".join(folders[:8]) + (f"\n… and {len(folders) - 8} more"
+                                             if len(folders) > 8 else "")
+            text += (f" and {'its folder' if len(folders) == 1 else 'their folders'}?\n\n"
+                     f"{shown}\n\nCheckpoints, exported models and logs in "
+                     f"{'it' if len(folders) == 1 else 'them'} are deleted for good.")
+        else:
+            text += " from the history? Its folder is already gone."
+        answer = QMessageBox.question(
+            self, "Delete runs", text,
+            QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
+            QMessageBox.StandardButton.Cancel)
+        return answer == QMessageBox.StandardButton.Yes
+
+    def _delete_folder(self, folder: Path) -> None:
+        """Move the folder out of the way at once (a rename), then delete it in the
+        background: checkpoints can be gigabytes, and the window must not wait for them."""
+        if not folder.exists():
+            return
+        trash = folder.with_name(f".{folder.name}.deleting")
+        folder.rename(trash)
+        thread = threading.Thread(target=shutil.rmtree, args=(trash,),
+                                  kwargs={"ignore_errors": True}, name="delete-run",
+                                  daemon=True)
+        thread.start()
+        self._deletions = [t for t in self._deletions if t.is_alive()] + [thread]
+
+    def _forget_dialog(self, dialog: RunCompareDialog) -> None:
+        with contextlib.suppress(ValueError):
+            self._dialogs.remove(dialog)
+
+    # -- enabling --------------------------------------------------------------------------
+
+    def _resume_blocker(self, selected: Sequence[RunRecord]) -> str | None:
+        """Why the selection cannot be resumed, in words (None: it can)."""
+        if len(selected) != 1:
+            return "Select one run to resume"
+        record = selected[0]
+        if self._run_active:
+            return "A run is in progress: one run trains at a time"
+        if record.status is RunState.RUNNING:
+            return "This run is still running"
+        if record.status is RunState.COMPLETED:
+            return "This run completed: there is nothing to resume"
+        if not record.status.resumable:
+            return "Early stopping ended this run: there is nothing to resume"
+        if not record.folder_exists:
+            return "Its folder is gone: nothing to resume from"
+        if is_live(record.run_dir):
+            return "Its training process is still running"
+        return None
+
+    def _update_actions(self, *_args) -> None:
+        selected = self.selected_records() if self.store is not None else []
+        one = len(selected) == 1
+        resume_blocker = self._resume_blocker(selected)
+        states = {
+            "show": (one and not self._run_active,
+                     "Select one run" if not one else
+                     "A run is in progress: the plots show it"),
+            "compare": (len(selected) >= 2, "Select two or more runs to compare"),
+            "resume": (resume_blocker is None, resume_blocker or ""),
+            "reveal": (one and selected[0].folder_exists,
+                       "Select one run whose folder exists"),
+            "delete": (bool(selected), "Select the runs to delete"),
+        }
+        for key, (enabled, reason) in states.items():
+            action = self.actions_by_key[key]
+            action.setEnabled(enabled)
+            action.setToolTip(action.data() if enabled else f"{action.data()}. ({reason}.)")
+
+    def _size_columns(self) -> None:
+        self.table.setProperty("sized", True)
+        header = self.table.horizontalHeader()
+        self.table.resizeColumnsToContents()
+        header.resizeSection(2, max(header.sectionSize(2), 140))
+
+    # -- visibility ------------------------------------------------------------------------
+
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 (Qt's name)
+        super().showEvent(event)
+        if self.store is not None and not self._shut_down:
+            self.refresh()
+            self._timer.start()
+
+    def hideEvent(self, event: QHideEvent) -> None:  # noqa: N802 (Qt's name)
+        self._timer.stop()
+        super().hideEvent(event)

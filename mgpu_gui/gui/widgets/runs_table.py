@@ -1,0 +1,209 @@
+"""The run history as a table model: one row per stored run, in words a person reads.
+
+Status has a label and a colour (a coloured dot, so it does not rest on colour
+alone); sorting uses raw values (times, fractions), not the displayed text.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, QPersistentModelIndex, Qt
+from PySide6.QtGui import QBrush, QColor, QGuiApplication, QIcon, QPainter, QPalette, QPixmap
+
+from mgpu_gui.core.runs.store import RunRecord, RunState
+from mgpu_gui.gui.theme import on_background
+
+STATUS_TEXT = {
+    RunState.RUNNING: ("Running", "#1565c0"),
+    RunState.COMPLETED: ("Completed", "#2e7d32"),
+    RunState.EARLY_STOPPED: ("Early stopped", "#00796b"),
+    RunState.STOPPED: ("Stopped", "#b45309"),
+    RunState.FAILED: ("Failed", "#c62828"),
+    RunState.INTERRUPTED: ("Interrupted", "#8e24aa"),
+}
+COLUMNS = ("Status", "Started", "Name", "Model", "Devices", "Epochs", "Best")
+SORT_ROLE = Qt.ItemDataRole.UserRole
+ID_ROLE = Qt.ItemDataRole.UserRole + 1
+_STAMP = re.compile(r"^\d{8}-\d{6}-")  # run folders are "<date>-<time>-<name>"
+_GPU_NAME = re.compile(r"^GPU (\d+(?: MIG \d+)?)")
+MISSING = "#888888"
+
+
+def short_name(record: RunRecord) -> str:
+    """The name the user gave (or the model's), without the folder's date stamp."""
+    return _STAMP.sub("", record.name) or record.name
+
+
+def devices_text(record: RunRecord) -> str:
+    n = record.replicas
+    if not n:
+        return "–"
+    if record.device_kind != "gpu":
+        return f"{n} CPU replica{'s' if n != 1 else ''}"
+    indexes = [m.group(1) for m in map(_GPU_NAME.match, record.devices) if m]
+    if indexes and len(indexes) == n:
+        return ("GPU " if n == 1 else "GPUs ") + index_ranges(indexes)
+    return f"{n} GPU{'s' if n != 1 else ''}"
+
+
+def index_ranges(indexes: list[str]) -> str:
+    """'0,1,2,3,6' -> '0-3,6': eight GPUs fit in a narrow column."""
+    if not all(i.isdigit() for i in indexes):
+        return ",".join(indexes)  # MIG instances: as NVML names them
+    numbers = sorted(int(i) for i in indexes)
+    spans: list[list[int]] = []
+    for number in numbers:
+        if spans and number == spans[-1][1] + 1:
+            spans[-1][1] = number
+        else:
+            spans.append([number, number])
+    return ",".join(f"{a}" if a == b else f"{a},{b}" if b == a + 1 else f"{a}-{b}"
+                    for a, b in spans)
+
+
+def best_text(record: RunRecord) -> str:
+    if record.best_value is None or record.best_epoch is None:
+        return "–"
+    return f"{record.best_metric} {record.best_value:.4g} (epoch {record.best_epoch + 1})"
+
+
+def started_text(record: RunRecord, now: float | None = None) -> str:
+    """'today 14:02', 'Mar 03 09:15' (this year), else '2024-12-30'; the tooltip has all."""
+    when = time.localtime(record.started or record.created)
+    today = time.localtime(now)
+    if when[:3] == today[:3]:
+        return time.strftime("today %H:%M", when)
+    if when.tm_year == today.tm_year:
+        return time.strftime("%b %d %H:%M", when)
+    return time.strftime("%Y-%m-%d", when)
+
+
+def _status_icon(color: str) -> QIcon:
+    """A 12-pixel dot, drawn at 1x, 2x and 3x so it is crisp on high-DPI screens."""
+    icon = QIcon()
+    for scale in (1, 2, 3):
+        pixmap = QPixmap(12 * scale, 12 * scale)
+        pixmap.setDevicePixelRatio(scale)
+        pixmap.fill(Qt.GlobalColor.transparent)
+        painter = QPainter(pixmap)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        painter.setPen(Qt.PenStyle.NoPen)
+        painter.setBrush(QColor(color))
+        painter.drawEllipse(1, 1, 10, 10)  # logical pixels: the painter scales
+        painter.end()
+        icon.addPixmap(pixmap)
+    return icon
+
+
+def _text_color(color: str) -> QBrush:
+    """A status colour readable on the table's background, light or dark."""
+    base = QGuiApplication.palette().color(QPalette.ColorRole.Base)
+    return QBrush(on_background(color, base))
+
+
+class RunsTableModel(QAbstractTableModel):
+    """The store's runs as table rows; `set_records` updates rows in place when it can."""
+
+    def __init__(self, parent: QObject | None = None):
+        super().__init__(parent)
+        self.records: list[RunRecord] = []
+        self._icons = {state: _status_icon(color) for state, (_, color) in STATUS_TEXT.items()}
+
+    def set_records(self, records: list[RunRecord]) -> None:
+        if [r.id for r in records] == [r.id for r in self.records]:
+            changed = [i for i, (new, old) in enumerate(zip(records, self.records, strict=True))
+                       if new != old]
+            self.records = records
+            for row in changed:  # selection and scroll position stay as they are
+                self.dataChanged.emit(self.index(row, 0), self.index(row, len(COLUMNS) - 1))
+            return
+        self.beginResetModel()
+        self.records = records
+        self.endResetModel()
+
+    def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008, N802
+        return 0 if parent.isValid() else len(self.records)
+
+    def columnCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008, N802
+        return 0 if parent.isValid() else len(COLUMNS)
+
+    def headerData(self, section: int, orientation: Qt.Orientation,  # noqa: N802
+                   role: int = Qt.ItemDataRole.DisplayRole):
+        if orientation == Qt.Orientation.Horizontal and role == Qt.ItemDataRole.DisplayRole:
+            return COLUMNS[section]
+        return None
+
+    def data(self, index: QModelIndex | QPersistentModelIndex,
+             role: int = Qt.ItemDataRole.DisplayRole):
+        if not index.isValid():
+            return None
+        record, column = self.records[index.row()], index.column()
+        if role == Qt.ItemDataRole.DisplayRole:
+            return self._text(record, column)
+        if role == SORT_ROLE:
+            return self._sort_key(record, column)
+        if role == ID_ROLE:
+            return record.id
+        if role == Qt.ItemDataRole.DecorationRole and column == 0:
+            return self._icons[record.status]
+        if role == Qt.ItemDataRole.ForegroundRole:
+            if not record.folder_exists:
+                return _text_color(MISSING)
+            if column == 0:
+                return _text_color(STATUS_TEXT[record.status][1])
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return self._tooltip(record, column)
+        if role == Qt.ItemDataRole.TextAlignmentRole and column == 5:
+            return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        return None
+
+    @staticmethod
+    def _text(record: RunRecord, column: int) -> str:
+        if column == 0:
+            return STATUS_TEXT[record.status][0]
+        if column == 1:
+            return started_text(record)
+        if column == 2:
+            return short_name(record) + ("" if record.folder_exists else " (folder deleted)")
+        if column == 3:
+            return Path(record.model).name
+        if column == 4:
+            return devices_text(record)
+        if column == 5:
+            return f"{record.epochs_done}/{record.epochs}"
+        return best_text(record)
+
+    @staticmethod
+    def _sort_key(record: RunRecord, column: int):
+        if column == 1:
+            return record.started or record.created
+        if column == 5:
+            return record.epochs_done / max(record.epochs, 1)
+        if column == 6:
+            return record.best_value if record.best_value is not None else float("inf")
+        return RunsTableModel._text(record, column).lower()
+
+    @staticmethod
+    def _tooltip(record: RunRecord, column: int) -> str:
+        lines = [f"Run {record.id}: {record.run_dir}"]
+        if column == 1:
+            stamp = time.localtime(record.started or record.created)
+            lines.insert(0, time.strftime("Started %Y-%m-%d %H:%M:%S", stamp))
+        if not record.folder_exists:
+            lines.append("Its folder no longer exists.")
+        if column == 3:
+            lines = [f"Model: {record.model}", f"Data: {record.data}"]
+        elif column == 4 and record.devices:
+            lines = list(record.devices)
+        elif column == 5 and record.global_batch:
+            lines = [f"{record.epochs_done} of {record.epochs} epochs done; "
+                     f"global batch {record.global_batch}"]
+        elif column == 6 and record.test_metrics:
+            lines.append("Test: " + ", ".join(f"{k} {v:.4g}"
+                                              for k, v in record.test_metrics.items()))
+        if record.message and column in (0, 2):
+            lines.append(record.message)
+        return "\n".join(lines)

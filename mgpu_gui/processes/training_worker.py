@@ -1,0 +1,200 @@
+"""Child-process entry that runs one training job.
+
+    python -m mgpu_gui.processes.training_worker RUN_DIR --events-fd N --control-fd M \
+        [--lock-fd L] [--nice K]
+
+Events go as JSON lines to the inherited pipe `N` (stdout and stderr belong to
+Keras, TensorFlow and user code) and into RUN_DIR/events.jsonl. Lines read from
+pipe `M` are commands ("stop"); end-of-file there means the supervisor is gone,
+and the worker then stops at the next batch boundary and exits. The device
+environment is applied before TensorFlow is imported. The run's lock (inherited
+as `L` from the supervisor, else taken here) is held until the process ends:
+it tells every app instance that this run is live.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import sys
+import threading
+import traceback
+from pathlib import Path
+from typing import TextIO
+
+from mgpu_gui.core.devices.plan import DevicePlan
+from mgpu_gui.core.errors import ExportError, UserError
+from mgpu_gui.core.events import (
+    EpochEnd,
+    Event,
+    Phase,
+    RunFailed,
+    RunFinished,
+    RunStarted,
+    RunStatus,
+)
+from mgpu_gui.core.runs.cluster import ClusterSpec
+from mgpu_gui.core.runs.folder import RunDir
+from mgpu_gui.core.runs.lock import RunBusyError, RunLock
+from mgpu_gui.testing import fake_gpus
+
+PARENT_GONE_GRACE_S = 10.0  # after the supervisor dies: time to stop cleanly, then exit hard
+EXIT_FAILED = 1
+
+
+class EventChannel:
+    """Writes each event to the supervisor's pipe and to the run's events.jsonl."""
+
+    def __init__(self, pipe: TextIO | None, log_path: Path):
+        self._pipe = pipe
+        self._log = open(log_path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+        self._lock = threading.Lock()
+        self.started = False
+
+    def emit(self, event: Event) -> None:
+        line = event.to_json() + "\n"
+        with self._lock:
+            self.started |= isinstance(event, RunStarted)
+            self._log.write(line)
+            if isinstance(event, (EpochEnd, RunFinished, RunFailed)):
+                self._log.flush()
+                os.fsync(self._log.fileno())  # a power cut keeps every finished epoch
+            if self._pipe is not None:
+                try:
+                    self._pipe.write(line)
+                except (BrokenPipeError, ValueError):
+                    self._pipe = None  # the supervisor is gone; the file still records
+
+    def close(self) -> None:
+        """Close the run's log; the pipe belongs to whoever opened it."""
+        with self._lock:
+            self._log.close()
+
+
+def listen_for_stop(control_fd: int | None, stop: threading.Event) -> None:
+    """Stop on "stop" from the supervisor, on SIGTERM/SIGINT, and when the supervisor dies."""
+
+    def on_signal(signum, frame):
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    if control_fd is None:
+        return
+
+    def read() -> None:
+        with os.fdopen(control_fd, "r", encoding="utf-8") as control:
+            for line in control:
+                if line.strip() == "stop":
+                    stop.set()
+        stop.set()  # end of file: the supervisor died or closed the channel
+        timer = threading.Timer(PARENT_GONE_GRACE_S, os._exit, args=(EXIT_FAILED,))
+        timer.daemon = True
+        timer.start()
+
+    threading.Thread(target=read, name="control", daemon=True).start()
+
+
+def run_job(run_dir: RunDir, plan: DevicePlan, strategy, cross_device_ops: str,
+            channel: EventChannel, stop: threading.Event, cluster: ClusterSpec | None = None,
+            ) -> int:
+    """Run one job and report any failure as an event; returns the process exit code."""
+    try:
+        config = run_dir.read_config()
+        if cluster is None:
+            from mgpu_gui.engine.training import run_training
+
+            status = run_training(config, run_dir, plan, strategy, cross_device_ops, channel,
+                                  stop)
+        else:
+            from mgpu_gui.engine.multiworker import run_cluster_training
+
+            status = run_cluster_training(config, run_dir, plan, strategy, cross_device_ops,
+                                          channel, stop, cluster)
+    except Exception as error:  # every failure must reach the user as an event
+        channel.emit(failure_event(error, channel.started))
+        return EXIT_FAILED
+    return 0 if status is not RunStatus.FAILED else EXIT_FAILED
+
+
+def failure_event(error: BaseException, started: bool) -> RunFailed:
+    phase = Phase.EXPORT if isinstance(error, ExportError) else (
+        Phase.TRAINING if started else Phase.SETUP)
+    if isinstance(error, UserError):
+        message = str(error)
+    else:
+        message = (f"Training failed with an unexpected error: {type(error).__name__}: {error}. "
+                   f"This is likely a bug in mgpu-gui or in the model code; the traceback "
+                   f"and worker.log in the run folder help to report it.")
+    return RunFailed(message=message, phase=phase, error_type=type(error).__name__,
+                     traceback="".join(traceback.format_exception(error)))
+
+
+def lower_priority(increment: int) -> None:
+    """Yield the CPU to the GUI; call before TensorFlow starts its threads (they inherit it).
+
+    The worker runs in a session of its own, and with Linux's autogroup scheduling
+    a session is a group whose members' nice values do not count against other
+    groups: the group's own nice value (/proc/self/autogroup) must be raised too.
+    """
+    os.nice(increment)
+    with contextlib.suppress(OSError):
+        Path("/proc/self/autogroup").write_text(f"{increment}\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="mgpu_gui.processes.training_worker")
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--events-fd", type=int)
+    parser.add_argument("--control-fd", type=int)
+    parser.add_argument("--lock-fd", type=int,
+                        help="the run's lock, already taken by the supervisor")
+    parser.add_argument("--nice", type=int, default=0,
+                        help="lower this process's CPU priority (the GUI asks for it)")
+    args = parser.parse_args(argv)
+    if args.nice:
+        lower_priority(args.nice)
+
+    run_dir = RunDir(args.run_dir)
+    if args.lock_fd is None:
+        try:
+            lock = RunLock.acquire(run_dir.path)  # noqa: F841 (held until the process exits)
+        except RunBusyError as error:
+            print(f"error: {error}", file=sys.stderr)  # not an event: the run is another's
+            return EXIT_FAILED
+    # Inherited fds are inheritable: a grandchild started by a plain fork/exec (anything a
+    # library spawns) would keep the run "live" and the supervisor's pipes open after us.
+    for fd in (args.lock_fd, args.events_fd, args.control_fd):
+        if fd is not None:
+            os.set_inheritable(fd, False)
+    pipe = os.fdopen(args.events_fd, "w", buffering=1, encoding="utf-8") if (
+        args.events_fd is not None) else None
+    channel = EventChannel(pipe, run_dir.events_jsonl)
+    stop = threading.Event()
+    listen_for_stop(args.control_fd, stop)
+    cluster = None
+    try:
+        plan = fake_gpus.as_cpu(DevicePlan.from_json(run_dir.plan_json.read_text()))
+        from mgpu_gui.engine.strategy import apply_device_env, make_strategy
+
+        apply_device_env(plan)  # before TensorFlow is imported
+        if run_dir.cluster_json.exists():  # one worker of a multi-machine run
+            from mgpu_gui.engine.multiworker import make_cluster_strategy
+
+            cluster = ClusterSpec.from_json(run_dir.cluster_json.read_text())
+            strategy, cross_device_ops = make_cluster_strategy(plan, cluster)
+        else:
+            strategy, cross_device_ops = make_strategy(plan)
+    except Exception as error:
+        channel.emit(failure_event(error, started=False))
+        channel.close()
+        return EXIT_FAILED
+    code = run_job(run_dir, plan, strategy, cross_device_ops, channel, stop, cluster)
+    channel.close()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
