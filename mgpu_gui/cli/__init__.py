@@ -1,0 +1,1 @@
+"""`mgpu-train`: one module per subcommand; `main` registers them and dispatches."""

@@ -1,5 +1,6 @@
-"""Qt-free core: config, devices, models, data, training, events, export.
+"""The core: what every process shares. No Qt, no TensorFlow or Keras, ever.
 
-Nothing here imports Qt; TensorFlow is imported lazily, only inside the
-functions that train, load or export, so the GUI process never loads it.
+Enforced by the import contracts in pyproject.toml (tests/test_architecture.py):
+the GUI, the CLI and the children all import from here, so nothing here may
+pull in a toolkit or a framework that one of them must not load.
 """

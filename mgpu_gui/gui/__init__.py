@@ -1,1 +1,2 @@
-"""PySide6 widgets; this package never imports TensorFlow or Keras."""
+"""The PySide6 window. Never imports TensorFlow, Keras or h5py: training, model loading and
+the parsing of untrusted files happen in child processes."""

@@ -1,0 +1,1 @@
+"""Child processes: how each is started (one registry), supervised and heard (typed events)."""

@@ -1,0 +1,1 @@
+"""The devices: the NVML layer, its telemetry snapshots, the device plan of a run."""

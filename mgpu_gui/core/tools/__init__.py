@@ -1,0 +1,1 @@
+"""The TensorFlow-free halves of the tools: scaling test, batch finder, doctor."""

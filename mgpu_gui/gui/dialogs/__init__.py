@@ -1,0 +1,1 @@
+"""Dialogs opened from the menus (imported when opened, not at start-up)."""

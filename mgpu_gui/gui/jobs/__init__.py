@@ -1,0 +1,1 @@
+"""Background work for the GUI: QThread and child-process adapters, results as queued signals."""

@@ -1,0 +1,1 @@
+"""The panels the main window is made of."""

@@ -1,0 +1,1 @@
+"""Small reusable widgets and table models."""
