@@ -153,10 +153,42 @@ class RunFailed(Event):
     traceback: str = ""  # for a bug report, shown one click away
 
 
+@dataclass(frozen=True)
+class ExportDone(Event):
+    """The export child wrote and verified a model (`mgpu-train export|unwrap`, the GUI)."""
+
+    type: ClassVar[str] = "export_done"
+    path: str
+    format: str
+    verified: bool
+    max_abs_diff: float  # NaN when not verified
+    classes_path: str | None = None
+
+
+@dataclass(frozen=True)
+class ExportFailed(Event):
+    """An export child (or its verifier) failed; nothing was written."""
+
+    type: ClassVar[str] = "export_failed"
+    message: str  # for the user
+    error_type: str  # the exception's class; empty when the child died without saying
+    user_error: bool  # the input was at fault (a UserError), not the code
+    traceback: str = ""  # for a bug report
+
+
+@dataclass(frozen=True)
+class ExportReloaded(Event):
+    """The export verifier reloaded the export and saved its predictions to `predictions`."""
+
+    type: ClassVar[str] = "export_reloaded"
+    predictions: str  # an .npz of the outputs, in tf.nest order
+
+
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
     for cls in (RunStarted, BatchEnd, EpochEnd, LogMessage, ClusterFormed, CheckpointSaved,
-                ModelExported, Evaluated, RunFinished, RunFailed)
+                ModelExported, Evaluated, RunFinished, RunFailed, ExportDone, ExportFailed,
+                ExportReloaded)
 }
 
 
