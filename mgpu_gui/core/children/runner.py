@@ -64,8 +64,9 @@ class ChildProcesses:
 
     def run(self, command: Callable[[int], list[str]], request: dict[str, Any],
             env: dict[str, str], on_message: Callable[[dict[str, Any]], R | None],
-            on_output: Callable[[str], None] | None = None) -> ChildExit[R] | None:
-        """Run `command(events_fd)` to its end, `env` added to this environment.
+            on_output: Callable[[str], None] | None = None,
+            cwd: str | None = None) -> ChildExit[R] | None:
+        """Run `command(events_fd)` to its end (in `cwd`), `env` added to this environment.
 
         `on_message` gets each event; what it returns (not None) is the child's result.
         None when cancelled before the child started.
@@ -78,7 +79,7 @@ class ChildProcesses:
                     os.close(events_r)
                     return None
                 self._proc = proc = subprocess.Popen(
-                    command(events_w), pass_fds=(events_w,), env=env,
+                    command(events_w), pass_fds=(events_w,), env=env, cwd=cwd,
                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                     start_new_session=True)  # a terminal's Ctrl-C reaches only the parent
         except BaseException:
