@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mgpu_gui.cli import common
 from mgpu_gui.cli import main as cli
 from mgpu_gui.core.children.supervisor import prepare_run
 from mgpu_gui.core.config import DeviceKind, DeviceSelection, LRScalingConfig, RunConfig
@@ -98,11 +99,11 @@ def test_speed_options_are_checked_and_set_from_the_cli():
         ("lr_scaling.warmup_epochs", "must be 0 or more, got -1")]
     args = cli.build_parser().parse_args(
         ["train", "--precision", "mixed_bfloat16", "--xla", "--scale-lr", "--warmup-epochs", "2"])
-    config = cli.config_from_args(args)
+    config = common.config_from_args(args)
     assert (config.precision, config.jit_compile, config.lr_scaling) == (
         "mixed_bfloat16", True, LRScalingConfig(enabled=True, warmup_epochs=2))
     assert RunConfig.from_json(config.to_json()) == config
-    assert cli.FLAGS["lr_scaling.warmup_epochs"] == "--warmup-epochs"
+    assert common.FLAGS["lr_scaling.warmup_epochs"] == "--warmup-epochs"
 
 
 def test_xla_compile_errors_are_told_apart():

@@ -15,6 +15,7 @@ import argparse
 import sys
 from typing import TextIO
 
+from mgpu_gui.cli.common import EXIT_FAILED, EXIT_STOPPED, add_train_arguments, config_from_args
 from mgpu_gui.cli.console import LiveLine
 from mgpu_gui.core.children.runner import cancel_on_interrupt
 from mgpu_gui.core.errors import ConfigError
@@ -35,7 +36,6 @@ from mgpu_gui.core.tools.batch_search import (
     peak_text,
 )
 
-EXIT_FAILED, EXIT_STOPPED = 1, 130
 SEARCH_FLAGS = {"start": "--start-batch", "max_batch": "--max-batch", "precision": "--tolerance",
                 "margin": "--margin", "steps": "--probe-steps", "memory_cap": "--memory-cap"}
 # Train flags that change nothing about a step's memory: accepted, not shown in --help.
@@ -44,11 +44,7 @@ _HIDDEN = {"batch_per_replica", "epochs", "learning_rate", "early_stopping", "es
            "export_formats", "tensorboard", "summary", "scale_lr", "warmup_epochs"}
 
 
-def add_find_batch_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    from mgpu_gui.cli import (
-        main as cli,  # cli imports this module at its top: import it when called
-    )
-
+def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "find-batch", help="find the largest batch per GPU that fits in memory",
         description="Try growing batches per device (8, 16, 32, ...), each in a short-lived "
@@ -56,14 +52,9 @@ def add_find_batch_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentP
                     "memory or passes --memory-cap; then narrow down. Prints every probe, the "
                     "largest batch that fits, and a recommendation with a safety margin. A "
                     "probe that runs out of memory fails alone, in its own process.")
-    cli._add_train_arguments(p)
-    for action in p._actions:  # argparse has no public way to edit an added flag
-        if action.dest in _HIDDEN:
-            action.help = argparse.SUPPRESS
-        elif action.dest == "json":
-            action.help = "print the probes and the result as JSON"
-        elif action.dest == "quiet":
-            action.help = "print only the result (no probe lines)"
+    add_train_arguments(p, hidden=_HIDDEN, helps={
+        "json": "print the probes and the result as JSON",
+        "quiet": "print only the result (no probe lines)"})
     p.add_argument("--memory-cap", metavar="SIZE",
                    help="the most memory a probe may use, e.g. 600MB, 12GiB (MB/GB: powers "
                         "of 1000; MiB/GiB, M/G: of 1024). On CPU it bounds the process's peak "
@@ -84,16 +75,11 @@ def add_find_batch_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentP
                         f"fits, rounded down to a multiple of 8 (default {DEFAULT_MARGIN})")
     p.add_argument("--probe-steps", type=int, default=DEFAULT_STEPS,
                    help=f"training steps per probe (default {DEFAULT_STEPS})")
-    return p
+    p.set_defaults(func=run)
 
 
-def cmd_find_batch(args: argparse.Namespace) -> int:
-    from mgpu_gui.cli.main import config_from_args
-
-    return run_find_batch(args, config_from_args(args))
-
-
-def run_find_batch(args: argparse.Namespace, config) -> int:
+def run(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
     settings = SearchSettings(start=args.start_batch, max_batch=args.max_batch,
                               precision=args.tolerance, margin=args.margin,
                               steps=args.probe_steps)
@@ -161,4 +147,4 @@ class ProbePrinter:
         self.term.close()
 
 
-__all__ = ["add_find_batch_parser", "cmd_find_batch", "run_find_batch"]
+__all__ = ["register", "run"]

@@ -11,8 +11,13 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
+from mgpu_gui.cli.common import (
+    add_store_argument,
+    add_train_arguments,
+    config_from_args,
+    open_store,
+)
 from mgpu_gui.core.devices.nvml import query_inventory
 from mgpu_gui.core.runs.queue import (
     JobQueue,
@@ -23,11 +28,9 @@ from mgpu_gui.core.runs.queue import (
     runner_log_path,
     runner_pid,
 )
-from mgpu_gui.core.runs.store import RunStore
 
 
-def add_queue_parser(sub: argparse._SubParsersAction,
-                     add_train_arguments) -> argparse.ArgumentParser:
+def register(sub: argparse._SubParsersAction) -> None:
     queue = sub.add_parser(
         "queue", help="queue runs to start when their GPUs are free; list, cancel",
         description="Runs queued here (or in the app) start as soon as the devices they ask "
@@ -47,21 +50,16 @@ def add_queue_parser(sub: argparse._SubParsersAction,
     actions.add_parser("start", help="start the queue runner if jobs wait and none runs "
                        "(after a reboot, say)")
     for command in (listing, add, cancel):
-        command.add_argument("--store", type=Path, default=argparse.SUPPRESS,
-                             help="the run history database")
-    return queue
+        add_store_argument(command)
+    queue.set_defaults(func=run)
 
 
-def cmd_queue(args: argparse.Namespace) -> int:
-    from mgpu_gui.cli import (
-        main as cli,  # the shared option parsing and store opening; cli imports us
-    )
-
-    store: RunStore = cli._open_store(args)
+def run(args: argparse.Namespace) -> int:
+    store = open_store(args)
     queue = JobQueue(store)
     command = args.queue_command
     if command == "add":
-        config = cli.config_from_args(args)
+        config = config_from_args(args)
         job = queue.add(config, query_inventory(), allow_busy=args.allow_busy)
         ensure_runner(store.path)
         if args.json:

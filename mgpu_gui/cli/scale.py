@@ -14,9 +14,10 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from mgpu_gui.cli.common import EXIT_FAILED, EXIT_STOPPED, add_train_arguments, config_from_args
 from mgpu_gui.cli.console import LiveLine
 from mgpu_gui.core.children.runner import cancel_on_interrupt
-from mgpu_gui.core.config import DEMO, OPTIMIZERS, PRECISIONS, RunConfig
+from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.errors import ConfigError, UserError
 from mgpu_gui.core.tools.scaling import (
     DEFAULT_STEPS,
@@ -32,43 +33,40 @@ from mgpu_gui.core.tools.scaling import (
 )
 from mgpu_gui.core.tools.scaling_runner import ScaleProgress, ScaleRequest, ScaleRunner
 
-EXIT_FAILED, EXIT_STOPPED = 1, 130
 SCALE_FLAGS = {"steps": "--steps", "warmup": "--warmup", "threshold": "--threshold",
                "global_batch": "--global-batch", "counts": "--counts"}
-# RunConfig settings that do not change a step's time: the train command's flags for them
-# are left out here, with the values config_from_args expects.
-_UNUSED = {"epochs": None, "learning_rate": None, "validation_data": None, "output_dir": None,
-           "run_name": None, "tensorboard": False, "export_formats": None,
-           "early_stopping": False, "es_monitor": None, "es_patience": None,
-           "reduce_lr": False, "rl_factor": None, "rl_patience": None,
-           "jit_compile": False, "scale_lr": False, "warmup_epochs": None}
+# Train flags that change nothing about a step's time: accepted, not shown in --help.
+_HIDDEN = {"epochs", "learning_rate", "validation_data", "output_dir", "run_name",
+           "tensorboard", "export_formats", "early_stopping", "es_monitor", "es_patience",
+           "reduce_lr", "rl_factor", "rl_patience", "scale_lr", "warmup_epochs", "allow_busy",
+           "jit_compile", "quiet", "summary"}
 
 
-def add_scale_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser:
+def register(sub: argparse._SubParsersAction) -> None:
     d = RunConfig()
     p = sub.add_parser(
         "scale", help="scaling test: time training steps on 1, 2, ... N devices",
         description="Time a fixed number of training steps (after a warm-up) on 1, 2, ... N "
                     "GPUs or CPU replicas, each count in its own worker process, and say "
                     "from which count on adding devices stops paying off.")
-    p.add_argument("--config", type=Path, help="a RunConfig JSON file; flags override it")
-    p.add_argument("--model", help=f"a .keras, .h5 or .py file, or '{DEMO}' (default)")
-    p.add_argument("--data", help=f"an .npz file, an image folder, or '{DEMO}' (default)")
-    p.add_argument("--val-split", dest="validation_split", type=float,
-                   help=f"held out as in training, so the same samples train "
-                        f"(default {d.validation_split})")
-    dev = p.add_mutually_exclusive_group()
-    dev.add_argument("--gpus", help="the GPUs to scale over, by NVML index or UUID, comma "
-                     "separated; count k uses the first k of them")
-    dev.add_argument("--cpu", action="store_true", help="CPU replicas even with GPUs")
-    p.add_argument("--max-devices", "--replicas", dest="replicas", type=int, metavar="N",
-                   help="the largest count: the first N GPUs, or N CPU replicas "
-                        "(default: all GPUs, or 2 CPU)")
+    add_train_arguments(p, hidden=_HIDDEN, helps={
+        "validation_split": f"held out as in training, so the same samples train "
+                            f"(default {d.validation_split})",
+        "gpus": "the GPUs to scale over, by NVML index or UUID, comma separated; count k "
+                "uses the first k of them",
+        "cpu": "CPU replicas even with GPUs",
+        "replicas": "the largest count: the first N GPUs, or N CPU replicas (default: all "
+                    "GPUs, or 2 CPU)",
+        "batch_per_replica": f"samples per device per step (default {d.batch_per_replica}); "
+                             f"kept fixed unless --strong",
+        "precision": "time under a mixed precision policy, as a run with it would train "
+                     "(default float32)",
+        "allow_unsafe_code": "let Lambda layers in the model file run their Python code",
+        "json": "print the report as JSON, not a table"})
+    p.add_argument("--max-devices", dest="replicas", type=int, metavar="N",
+                   help="the same as --replicas")
     p.add_argument("--counts", metavar="K,K,...",
                    help="the counts to time, e.g. 1,2,4 (default 1, 2, ... N)")
-    p.add_argument("--batch-per-replica", "--batch", dest="batch_per_replica", type=int,
-                   help=f"samples per device per step (default {d.batch_per_replica}); kept "
-                        f"fixed unless --strong")
     p.add_argument("--strong", action="store_true",
                    help="strong scaling: keep the global batch fixed (each device gets "
                         "global / count) instead of the batch per device")
@@ -82,30 +80,16 @@ def add_scale_parser(sub: argparse._SubParsersAction) -> argparse.ArgumentParser
     p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
                    help=f"lowest efficiency worth the devices, 0-1 (default "
                         f"{DEFAULT_THRESHOLD})")
-    p.add_argument("--optimizer", choices=OPTIMIZERS, help="for uncompiled models (default adam)")
-    p.add_argument("--loss", help="loss for uncompiled models (default: from the output layer)")
-    p.add_argument("--metrics", help="comma separated (default accuracy)")
-    p.add_argument("--image-size", help="HxW for image folders (default 64x64)")
-    p.add_argument("--rescale", type=float, help="pixel scale for image folders (default 1/255)")
-    p.add_argument("--sync-bn", dest="sync_batchnorm", action="store_true",
-                   help="synchronize BatchNormalization statistics across replicas")
-    p.add_argument("--seed", type=int, help=f"default {d.seed}")
-    p.add_argument("--precision", choices=PRECISIONS,
-                   help="time under a mixed precision policy, as a run with it would train "
-                        "(default float32)")
-    p.add_argument("--allow-unsafe-code", action="store_true",
-                   help="let Lambda layers in the model file run their Python code")
-    p.add_argument("--custom-objects", dest="custom_objects",
-                   help="a .py defining a `custom_objects` dict for models with custom layers")
     p.add_argument("--csv", type=Path, help="write the figures as CSV")
     p.add_argument("--png", type=Path, help="write the plot as PNG")
-    p.add_argument("--json", action="store_true", help="print the report as JSON, not a table")
-    p.set_defaults(**_UNUSED)
-    return p
+    p.set_defaults(func=run)
 
 
-def run_scale(args: argparse.Namespace, config: RunConfig) -> int:
-    """The `scale` command, given the RunConfig the train flags describe."""
+def run(args: argparse.Namespace) -> int:
+    if args.jit_compile:
+        raise UserError("--xla: the scaling test times steps without XLA, so its figures "
+                        "would not be those of an XLA run; leave --xla out.")
+    config = config_from_args(args)
     counts = parse_counts(args.counts) if args.counts else None
     if args.global_batch is not None and not args.strong:
         raise UserError("--global-batch is for strong scaling: add --strong, or set the "
@@ -176,4 +160,4 @@ class ProgressPrinter:
         self.term.close()
 
 
-__all__ = ["add_scale_parser", "run_scale"]
+__all__ = ["register", "run"]

@@ -23,6 +23,13 @@ import sys
 import tempfile
 from pathlib import Path
 
+from mgpu_gui.cli.common import (
+    add_store_argument,
+    add_train_arguments,
+    config_from_args,
+    open_store_for_training,
+    supervise,
+)
 from mgpu_gui.core.children.supervisor import prepare_resume, prepare_run
 from mgpu_gui.core.devices.nvml import query_inventory
 from mgpu_gui.core.runs.cluster import (
@@ -36,8 +43,7 @@ from mgpu_gui.core.runs.cluster import (
 )
 
 
-def add_worker_parser(sub: argparse._SubParsersAction,
-                      add_train_arguments) -> argparse.ArgumentParser:
+def register(sub: argparse._SubParsersAction) -> None:
     worker = sub.add_parser(
         "worker", help="train across machines: run this on each, with the same settings",
         description="One worker of a multi-machine run (TensorFlow's "
@@ -60,20 +66,15 @@ def add_worker_parser(sub: argparse._SubParsersAction,
                         help="chief: start a new run even when an unfinished run of this "
                              "cluster and settings can be resumed")
     add_train_arguments(worker)
-    worker.add_argument("--store", type=Path, default=argparse.SUPPRESS,
-                        help="the run history database (the chief's)")
-    return worker
+    add_store_argument(worker, help="the run history database (the chief's)")
+    worker.set_defaults(func=run)
 
 
-def cmd_worker(args: argparse.Namespace) -> int:
-    from mgpu_gui.cli import (
-        main as cli,  # the shared option parsing and supervision; cli imports us
-    )
-
+def run(args: argparse.Namespace) -> int:
     spec = ClusterSpec.parse(args.cluster, args.index, start_timeout_s=args.start_timeout,
                              peer_timeout_s=args.peer_timeout)
     inventory = query_inventory()
-    config = one_replica_per_cpu_worker(cli.config_from_args(args), inventory)
+    config = one_replica_per_cpu_worker(config_from_args(args), inventory)
     check_port_free(spec.port)  # before any folder is made; the worker checks again
     again = (f"To resume, run the same `mgpu-train worker` command on every machine again "
              f"({len(spec.workers)} workers); the chief continues after its last complete "
@@ -81,20 +82,20 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if not spec.is_chief:
         scratch = Path(tempfile.mkdtemp(prefix="mgpu-worker-"))
         try:
-            run = dataclasses.replace(
+            prepared = dataclasses.replace(
                 prepare_run(config.replace(output_dir=str(scratch)), inventory), temporary=True)
-            write_cluster(run.run_dir, spec)
-            return cli._supervise(run, args, None, again)
+            write_cluster(prepared.run_dir, spec)
+            return supervise(prepared, args, None, again)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
-    store = cli._open_store_for_training(args)
+    store = open_store_for_training(args)
     previous = None if args.new else resumable_run(config, spec)
     if previous is not None:
         print(f"Resuming the cluster run in {previous.path} after epoch "
               f"{previous.backup_epoch()} (--new starts a new run instead).",
               file=sys.stderr if args.json else sys.stdout)
-        run = prepare_resume(previous.path, inventory, store)
+        prepared = prepare_resume(previous.path, inventory, store)
     else:
-        run = prepare_run(config, inventory, store)
-    write_cluster(run.run_dir, spec)
-    return cli._supervise(run, args, store, again)
+        prepared = prepare_run(config, inventory, store)
+    write_cluster(prepared.run_dir, spec)
+    return supervise(prepared, args, store, again)

@@ -20,8 +20,9 @@ Out of scope: models with several inputs.
 Keras and TensorFlow are imported inside functions only: the GUI imports this
 module for `default_export_path` and `ExportResult` without loading them.
 
-The verifying child is this module: `python -m mgpu_gui.engine.export verify FMT
-PATH IN.npy OUT.npz`.
+The verifying child is `mgpu_gui.processes.export_verifier`, started through the
+child runner: the sample goes in as an `.npy`, the predictions come back as an
+`.npz`, and it says how it went in typed events (`ExportReloaded`, `ExportFailed`).
 """
 
 from __future__ import annotations
@@ -31,9 +32,8 @@ import math
 import os
 import secrets
 import shutil
-import subprocess
-import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -43,18 +43,17 @@ from typing import Any
 import numpy as np
 
 from mgpu_gui.core.children.launch import module_command
+from mgpu_gui.core.children.runner import ChildProcesses, died_text
 from mgpu_gui.core.config import EXPORT_FORMATS
 from mgpu_gui.core.errors import ExportError
+from mgpu_gui.core.events import ExportFailed, ExportReloaded, parse_event
 from mgpu_gui.core.runs.folder import RunDir
 from mgpu_gui.engine.precision import float32_policies
 
 # Predictions must agree within this, scaled by the output's magnitude when it exceeds 1.
 TOLERANCE = 1e-5
-UNSAFE_FLAG = "--allow-unsafe-code"
-CUSTOM_OBJECTS_FLAG = "--custom-objects"
 VERIFY_TIMEOUT_S = 300.0  # TensorFlow import alone takes 2-4 s; big models take longer to load
 _BATCH = 256  # forward passes in chunks so a large sample does not need one huge tensor
-_ERROR_MARK = "MGPU-EXPORT-VERIFY-ERROR: "  # the child's last word on why loading failed
 _FILE_SUFFIXES = {"keras": (".keras",), "h5": (".h5", ".hdf5")}
 _MODEL_FILE_SUFFIXES = (".keras", ".h5", ".hdf5")
 
@@ -391,43 +390,45 @@ def _run_verifier(fmt: str, path: Path, x: np.ndarray, safe_mode: bool,
     with tempfile.TemporaryDirectory(prefix="mgpu-export-") as work:
         x_path, y_path = Path(work, "x.npy"), Path(work, "y.npz")
         np.save(x_path, x, allow_pickle=False)
-        env = dict(os.environ)
-        env["CUDA_VISIBLE_DEVICES"] = ""  # the export must load without the training GPUs
-        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        # Find this package even when it is not installed (a source checkout).
+        custom = (None if custom_objects_file is None
+                  else str(Path(custom_objects_file).expanduser().absolute()))
+        request = {"format": fmt, "path": str(path), "x": str(x_path), "y": str(y_path),
+                   "safe_mode": safe_mode, "custom_objects": custom}
+        # Find this package even when it is not installed (a source checkout); the
+        # export must load without the training GPUs.
         root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        cmd = module_command("mgpu_gui.engine.export", "verify", fmt, str(path), str(x_path),
-                             str(y_path), *([] if safe_mode else [UNSAFE_FLAG]))
-        if custom_objects_file is not None:
-            cmd += [CUSTOM_OBJECTS_FLAG, str(Path(custom_objects_file).expanduser().absolute())]
+        env = {"CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": os.pathsep.join(
+            p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+        children = ChildProcesses("export-verifier-output")
+        timer = threading.Timer(VERIFY_TIMEOUT_S, children.cancel)
+        timer.start()
         try:
-            done = subprocess.run(
-                cmd, cwd=work, env=env, capture_output=True, text=True,
-                timeout=VERIFY_TIMEOUT_S, check=False,
-            )
-        except subprocess.TimeoutExpired as e:
+            ended = children.run(_verifier_command, request, env, _verifier_event, cwd=work)
+        finally:
+            timer.cancel()
+        if ended is None or children.cancelled:
             raise ExportError(
                 f"Verifying the {fmt} export timed out after {VERIFY_TIMEOUT_S:.0f} s "
-                "while reloading it in a fresh process."
-            ) from e
-        if done.returncode != 0:
-            raise ExportError(
-                f"The {fmt} export could not be reloaded in a fresh process, so it was not "
-                f"saved: {_child_error(done.returncode, done.stderr)}"
-            )
+                "while reloading it in a fresh process.")
+        if not isinstance(ended.result, ExportReloaded):
+            if isinstance(ended.result, ExportFailed):
+                why = ended.result.message
+            else:
+                how, last = died_text(ended.code, ended.tail)
+                why = f"the verifying process {how}.{last}"
+            raise ExportError(f"The {fmt} export could not be reloaded in a fresh process, "
+                              f"so it was not saved: {why}")
         with np.load(y_path, allow_pickle=False) as data:
             return [data[f"arr_{i}"] for i in range(len(data.files))]
 
 
-def _child_error(returncode: int, stderr: str) -> str:
-    lines = stderr.strip().splitlines()
-    for line in reversed(lines):
-        if line.startswith(_ERROR_MARK):
-            return line[len(_ERROR_MARK) :].replace("\\n", "\n")
-    how = f"signal {-returncode}" if returncode < 0 else f"exit code {returncode}"
-    tail = "\n".join(lines[-15:]) or "(no output)"
-    return f"the verifying process failed ({how}):\n{tail}"
+def _verifier_command(events_fd: int) -> list[str]:
+    return module_command("mgpu_gui.processes.export_verifier", "--events-fd", str(events_fd))
+
+
+def _verifier_event(message: dict[str, Any]) -> ExportReloaded | ExportFailed | None:
+    event = parse_event(json.dumps(message))
+    return event if isinstance(event, ExportReloaded | ExportFailed) else None
 
 
 def _compare(reference: list[np.ndarray], reloaded: list[np.ndarray], out: Path) -> float:
@@ -466,14 +467,15 @@ def _compare(reference: list[np.ndarray], reloaded: list[np.ndarray], out: Path)
     return worst
 
 
-def _load_for_verify(fmt: str, path: str, safe_mode: bool,
-                     custom_objects_file: str | None) -> Callable[[Any], Any]:
+def reload_and_predict(fmt: str, path: str, x: np.ndarray, safe_mode: bool,
+                       custom_objects_file: str | None) -> list[np.ndarray]:
+    """The verifier child's side: load the export with nothing from its writer, predict."""
     if fmt == "savedmodel":
         import tensorflow as tf
 
         # Keep the loaded object alive: its variables die with it, not with `serve`.
         loaded = tf.saved_model.load(path)
-        return lambda b: loaded.serve(b)
+        return _predict(lambda b: loaded.serve(b), x)
     import keras
 
     from mgpu_gui.engine.models import load_custom_objects
@@ -481,33 +483,4 @@ def _load_for_verify(fmt: str, path: str, safe_mode: bool,
     custom = load_custom_objects(custom_objects_file) if custom_objects_file else None
     model = keras.saving.load_model(path, compile=False, safe_mode=safe_mode,
                                     custom_objects=custom)
-    return lambda b: model(b, training=False)
-
-
-def _verify_main(argv: Sequence[str]) -> int:
-    """Child side: reload the export with nothing from the trainer and save its predictions."""
-    safe_mode = UNSAFE_FLAG not in argv
-    argv = [a for a in argv if a != UNSAFE_FLAG]
-    custom_objects_file = None
-    if CUSTOM_OBJECTS_FLAG in argv:
-        at = argv.index(CUSTOM_OBJECTS_FLAG)
-        custom_objects_file = argv[at + 1]
-        argv = argv[:at] + argv[at + 2:]
-    if len(argv) != 5 or argv[0] != "verify" or argv[1] not in EXPORT_FORMATS:
-        print("usage: python -m mgpu_gui.engine.export verify {keras,h5,savedmodel} "
-              "PATH IN.npy OUT.npz", file=sys.stderr)
-        return 2
-    _, fmt, path, x_path, y_path = argv
-    try:
-        call = _load_for_verify(fmt, path, safe_mode, custom_objects_file)
-        outputs = _predict(call, np.load(x_path, allow_pickle=False))
-    except Exception as e:  # reported to the parent as text; the traceback is noise there
-        message = f"{type(e).__name__}: {e}".strip().replace("\n", "\\n")
-        print(f"\n{_ERROR_MARK}{message}", file=sys.stderr)
-        return 1
-    np.savez(y_path, *outputs)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_verify_main(sys.argv[1:]))
+    return _predict(lambda b: model(b, training=False), x)

@@ -1,0 +1,35 @@
+"""`mgpu-train doctor`: check the setup as NVML and TensorFlow (in a child) see it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from mgpu_gui.core.devices.nvml import query_inventory
+from mgpu_gui.core.tools.doctor import Facts, NvmlFacts, diagnose, exit_code
+from mgpu_gui.core.tools.doctor_report import findings_to_plain, report
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "doctor", help="check the setup: driver and CUDA as TensorFlow sees them, the GPUs "
+        "TensorFlow sees vs NVML, NCCL; says what to fix (exit 1 on an error)")
+    p.add_argument("--json", action="store_true", help="print the facts and findings as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from mgpu_gui.engine.tf_facts import ask_tensorflow  # runs TensorFlow in a child
+
+    if not args.json:
+        print("Asking NVIDIA's driver and TensorFlow (TensorFlow starts in a child process, "
+              "a few seconds)…", file=sys.stderr)
+    facts = Facts(NvmlFacts.from_inventory(query_inventory()), ask_tensorflow())
+    findings = diagnose(facts)
+    if args.json:
+        print(json.dumps({"facts": facts.to_dict(), "findings": findings_to_plain(findings),
+                          "ok": exit_code(findings) == 0}, indent=2))
+    else:
+        print(report(facts, findings))
+    return exit_code(findings)
