@@ -10,6 +10,7 @@ those run the CLI in a subprocess and are marked slow.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -21,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mgpu_gui.cli import common
 from mgpu_gui.cli import main as cli
 from mgpu_gui.core.devices.nvml import GpuInfo, GpuInventory, NvmlState, query_inventory
 from mgpu_gui.core.events import EpochEnd
@@ -351,6 +353,41 @@ def test_demo_acceptance_run(tmp_path):
                             timeout=120)
     assert loaded.returncode == 0, loaded.stderr
     assert loaded.stdout.strip().splitlines()[-1] == "(2, 10)", loaded.stdout
+
+
+# -- the one list of train flags ------------------------------------------------
+def _sample(action: argparse.Action) -> list[str]:
+    """A value the flag accepts (none for a switch)."""
+    if action.nargs == 0:
+        return []
+    if action.choices:
+        return [list(action.choices)[-1]]
+    return ["3"] if action.type in (int, float) else ["x"]
+
+
+@pytest.mark.parametrize("command", [["scale"], ["find-batch"], ["queue", "add"],
+                                     ["worker", "--cluster", "127.0.0.1:2222", "--index", "0"]])
+def test_every_train_flag_is_taken_as_train_takes_it(command):
+    """scale, find-batch, queue add and worker take the train command's flags from the one
+    list (common.add_train_arguments): none is missing, none means something else."""
+    parser = cli.build_parser()
+    flags = common.add_train_arguments(argparse.ArgumentParser())
+    assert len(flags) > 30
+    for action in flags:
+        for flag in action.option_strings:
+            args = [flag, *_sample(action)]
+            expected = getattr(parser.parse_args(["train", *args]), action.dest)
+            try:
+                parsed = parser.parse_args([*command, *args])
+            except SystemExit:
+                pytest.fail(f"`{' '.join(command[:2])}` refuses the train flag {flag}")
+            assert getattr(parsed, action.dest) == expected, flag
+
+
+def test_scale_refuses_xla_with_a_reason(capsys):
+    code, out, err = run_in_process(capsys, "scale", "--cpu", "--xla")
+    assert code == cli.EXIT_USAGE and err.startswith("error: --xla: the scaling test times "
+                                                     "steps without XLA"), err
 
 
 # -- run history ---------------------------------------------------------------

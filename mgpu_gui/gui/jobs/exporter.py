@@ -1,16 +1,27 @@
 """Write a model file in the background: a run's export, or a legacy wrapper unwrapped.
 
-TensorFlow runs in a child (`mgpu-train export` / `mgpu-train unwrap`), never in the GUI.
+TensorFlow runs in the export child (core/tools/export_job.py), never in the GUI;
+a QThread waits on it and hands its typed outcome back to the GUI thread. A
+child that cannot start, dies or is cancelled ends the same way: `finished`
+with a message, and the exporter is free for the next export.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QProcess, Signal
+from PySide6.QtCore import QObject, QThread, Signal
 from PySide6.QtWidgets import QFileDialog, QWidget
 
-from mgpu_gui.core.children.launch import module_command
+from mgpu_gui.core.events import ExportDone
+from mgpu_gui.core.tools.export_job import (
+    ExportJob,
+    ExportMode,
+    ExportOutcome,
+    ExportRequest,
+    done_line,
+    failed_text,
+)
 
 FILTERS = {
     "Keras model (*.keras)": "keras",
@@ -37,43 +48,53 @@ def ask_export_target(parent: QWidget, suggested: Path,
     return target, fmt
 
 
+class _ExportThread(QThread):
+    """Runs one export job; `ended` reaches the GUI thread queued."""
+
+    ended = Signal(object)  # the job's ExportOutcome
+
+    def __init__(self, job: ExportJob, parent: QObject):
+        super().__init__(parent)
+        self.job = job
+
+    def run(self) -> None:
+        self.ended.emit(self.job.run())
+
+
 class ModelExporter(QObject):
-    """Runs `mgpu-train export|unwrap SRC -o OUT` as a child and reports its one-line result."""
+    """Runs one export child at a time and reports its one-line result."""
 
     finished = Signal(bool, str)  # ok, message for the user
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
-        self._process: QProcess | None = None
+        self._thread: _ExportThread | None = None
 
     def is_running(self) -> bool:
-        return self._process is not None
+        return self._thread is not None
 
-    def export(self, source: Path, target: Path, fmt: str, command: str = "export") -> None:
-        if self._process is not None:
+    def export(self, source: Path, target: Path, fmt: str,
+               mode: ExportMode = ExportMode.EXPORT) -> None:
+        if self._thread is not None:
             raise RuntimeError("an export is already running")
-        process = QProcess(self)
-        process.setProcessChannelMode(QProcess.ProcessChannelMode.SeparateChannels)
-        process.finished.connect(self._on_finished)
-        self._process = process
-        program, *args = module_command("mgpu_gui.cli.main", command, str(source),
-                                        "-o", str(target), "--format", fmt)
-        process.start(program, args)
+        request = ExportRequest(mode, Path(source).absolute(), Path(target).absolute(), fmt)
+        thread = _ExportThread(ExportJob(request), self)
+        thread.ended.connect(self._ended)
+        self._thread = thread
+        thread.start()
 
     def cancel(self) -> None:
-        if self._process is not None:
-            self._process.kill()
-            self._process.waitForFinished(5000)
+        """Kill the running child and wait for its thread (the window is closing)."""
+        if self._thread is not None:
+            self._thread.job.cancel()
+            self._thread.wait(5000)
 
-    def _on_finished(self, code: int, status: QProcess.ExitStatus) -> None:
-        process, self._process = self._process, None
-        assert process is not None
-        out = bytes(process.readAllStandardOutput()).decode(errors="replace").strip()
-        err = bytes(process.readAllStandardError()).decode(errors="replace").strip()
-        process.deleteLater()
-        if code == 0 and status == QProcess.ExitStatus.NormalExit:
-            self.finished.emit(True, out.splitlines()[-1] if out else "Exported.")
+    def _ended(self, outcome: ExportOutcome) -> None:
+        thread, self._thread = self._thread, None
+        assert thread is not None
+        thread.wait()
+        thread.deleteLater()
+        if isinstance(outcome, ExportDone):
+            self.finished.emit(True, done_line(thread.job.request.mode, outcome))
         else:
-            message = next((line[len("error: "):] for line in err.splitlines()
-                            if line.startswith("error: ")), err[-500:] or "The export failed.")
-            self.finished.emit(False, message)
+            self.finished.emit(False, failed_text(outcome))

@@ -3,7 +3,7 @@
 Keras 2's `multi_gpu_model` nested the user's template inside slicing Lambda
 towers; such files cannot be reloaded by Keras 3. Training recovers the
 template by itself; this notice shows what was found and can write the plain
-model (`mgpu-train unwrap` in a child process, verified in a fresh one).
+model (in the export child, verified in a fresh process).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
 )
 
 from mgpu_gui.core.modelfiles.inspection import ModelFileInfo
+from mgpu_gui.core.tools.export_job import ExportMode
 from mgpu_gui.gui.jobs.exporter import ModelExporter, ask_export_target
 
 
@@ -85,7 +86,7 @@ class WrapperNotice(QWidget):
             return
         self.save_button.setEnabled(False)
         self.label.setText(f"Unwrapping to {target[0].name}…")
-        self.exporter.export(self.info.path, target[0], target[1], command="unwrap")
+        self.exporter.export(self.info.path, target[0], target[1], ExportMode.UNWRAP)
 
     def shutdown(self) -> None:
         self.exporter.cancel()
