@@ -3,7 +3,7 @@
 One executable does three jobs:
 
 - `mgpu-gui --mgpu-module MODULE ARGS...`: a child process the app started
-  (worker, model probe, export verifier, CLI export); a bundle has no
+  (worker, model probe, export child, export verifier); a bundle has no
   `python -m`, so `mgpu_gui.core.children.launch.module_command` starts the bundle itself.
 - started as `mgpu-train` (a link next to `mgpu-gui` in the bundle folder):
   the headless CLI.

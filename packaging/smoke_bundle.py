@@ -98,7 +98,7 @@ def check_training(bundle: Path, work: Path) -> Path:
     records = traced(trace)
     cli = [r for r in records if r["job"] == "mgpu_gui.cli.main"]
     workers = [r for r in records if r["job"] == "mgpu_gui.processes.training_worker"]
-    verifiers = [r for r in records if r["job"] == "mgpu_gui.engine.export"]
+    verifiers = [r for r in records if r["job"] == "mgpu_gui.processes.export_verifier"]
     check(len(cli) == 1 and len(workers) == 1 and verifiers,
           f"expected the CLI, one worker and an export verifier in the trace: {records}")
     for record in records:

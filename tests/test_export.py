@@ -306,3 +306,29 @@ def test_without_class_names_an_existing_classes_file_is_kept(
     assert not result.verified and np.isnan(result.max_abs_diff)
     assert result.classes_path is None
     assert _listing(tmp_path) == {"model.h5", "model.classes.json"}
+
+
+# -- the export child (core/tools/export_job.py) --------------------------------
+def test_export_events_and_requests_survive_their_json() -> None:
+    from mgpu_gui.core.events import ExportDone, ExportFailed, ExportReloaded, parse_event
+    from mgpu_gui.core.tools.export_job import ExportMode, ExportRequest
+
+    for event in (ExportDone("/a/m.keras", "keras", True, 1e-7, "/a/m.classes.json"),
+                  ExportFailed("no such file", "ModelError", user_error=True, traceback="tb"),
+                  ExportReloaded("/tmp/y.npz")):
+        assert parse_event(event.to_json()) == event
+    request = ExportRequest(ExportMode.UNWRAP, Path("/a/w.h5"), Path("/a/p.keras"), "keras",
+                            Path("/a/custom.py"))
+    assert ExportRequest.from_dict(json.loads(json.dumps(request.to_dict()))) == request
+
+
+def test_an_export_child_that_dies_without_a_word_is_reported(monkeypatch, tmp_path) -> None:
+    from mgpu_gui.core.tools import export_job
+
+    monkeypatch.setattr(export_job, "export_command", lambda fd: [
+        sys.executable, "-c", "import sys; print('the last words'); sys.exit(3)"])
+    request = export_job.ExportRequest(export_job.ExportMode.EXPORT, tmp_path / "m.keras",
+                                       tmp_path / "o.keras", "keras")
+    failed = export_job.ExportJob(request).run()
+    assert not failed.user_error and not failed.error_type
+    assert "exited with code 3" in failed.message and "the last words" in failed.message
