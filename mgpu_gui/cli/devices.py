@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from mgpu_gui.core.devices.nvml import format_inventory, query_inventory
+from mgpu_gui.core.devices import nvml
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -14,6 +14,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    inventory = query_inventory()
-    print(inventory.to_json() if args.json else format_inventory(inventory))
+    inventory = nvml.query_inventory()
+    print(inventory.to_json() if args.json else nvml.format_inventory(inventory))
     return 0

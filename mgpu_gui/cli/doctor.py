@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from mgpu_gui.core.devices.nvml import query_inventory
+from mgpu_gui.core.devices import nvml
 from mgpu_gui.core.tools.doctor import Facts, NvmlFacts, diagnose, exit_code
 from mgpu_gui.core.tools.doctor_report import findings_to_plain, report
 
@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.json:
         print("Asking NVIDIA's driver and TensorFlow (TensorFlow starts in a child process, "
               "a few seconds)…", file=sys.stderr)
-    facts = Facts(NvmlFacts.from_inventory(query_inventory()), ask_tensorflow())
+    facts = Facts(NvmlFacts.from_inventory(nvml.query_inventory()), ask_tensorflow())
     findings = diagnose(facts)
     if args.json:
         print(json.dumps({"facts": facts.to_dict(), "findings": findings_to_plain(findings),
