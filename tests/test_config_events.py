@@ -13,6 +13,7 @@ from mgpu_gui.core.config import (
     LRScalingConfig,
     RunConfig,
 )
+from mgpu_gui.core.datasets.batching import dropped_per_epoch, eval_batch, steps
 from mgpu_gui.core.errors import ConfigError
 from mgpu_gui.core.events import (
     EVENT_TYPES,
@@ -26,7 +27,6 @@ from mgpu_gui.core.events import (
     parse_event,
 )
 from mgpu_gui.core.progress import Progress, format_duration, format_metrics
-from mgpu_gui.engine.pipeline import dropped_per_epoch, eval_batch, steps
 
 
 def test_config_round_trips_through_json():

@@ -13,16 +13,14 @@ import pytest
 from PIL import Image
 
 from mgpu_gui.core.config import RunConfig
+from mgpu_gui.core.datasets.batching import dropped_per_epoch, fits_in_memory, steps
 from mgpu_gui.core.errors import DataError
 from mgpu_gui.engine.pipeline import (
     DataKind,
     LabelKind,
     batch_for_training,
-    dropped_per_epoch,
-    fits_in_memory,
     inspect_data,
     load_data,
-    steps,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -296,7 +294,8 @@ def test_inspect_data_never_imports_tensorflow(tmp_path):
     folder = make_folder(tmp_path / "imgs", {"a": 1, "b": 1})
     code = textwrap.dedent(f"""
         import sys
-        from mgpu_gui.engine.pipeline import inspect_data, steps
+        from mgpu_gui.core.datasets.batching import steps
+        from mgpu_gui.engine.pipeline import inspect_data
         from mgpu_gui.engine.demo import build_demo_model
         for source in ("demo", {npz!r}, {str(folder)!r}):
             inspect_data(source)

@@ -21,6 +21,7 @@ from mgpu_gui.cli import main as cli
 from mgpu_gui.core.children.supervisor import prepare_run
 from mgpu_gui.core.config import DeviceKind, DeviceSelection, LRScalingConfig, RunConfig
 from mgpu_gui.core.devices.nvml import GpuInfo, GpuInventory, NvmlState
+from mgpu_gui.core.devices.precision_hint import cpu_flags, precision_hint
 from mgpu_gui.core.events import (
     BatchEnd,
     EpochEnd,
@@ -32,7 +33,6 @@ from mgpu_gui.core.events import (
 )
 from mgpu_gui.core.lr_schedule import LinearScaling
 from mgpu_gui.engine import xla
-from mgpu_gui.engine.precision import cpu_flags, precision_hint
 
 NO_GPU = GpuInventory(state=NvmlState.NO_DRIVER, gpus=(), driver_version=None,
                       cuda_driver_version=None, message="No NVIDIA driver (test).")

@@ -31,13 +31,10 @@ from typing import TYPE_CHECKING, Any
 from mgpu_gui.core.config import DEMO, RunConfig
 from mgpu_gui.core.datasets import fit_check
 from mgpu_gui.core.errors import ModelError
-from mgpu_gui.core.modelfiles.inspection import (
-    ModelFileInfo,
-    inspect_model_file,
-    lambda_refused,
-    read_h5_training_config,
-)
+from mgpu_gui.core.modelfiles.info import ModelFileInfo, lambda_refused
+from mgpu_gui.core.modelfiles.inspection import inspect_model_file, read_h5_training_config
 from mgpu_gui.engine import precision
+from mgpu_gui.engine.legacy_compile import compile_from_training_config, describe_loss
 
 if TYPE_CHECKING:
     import keras
@@ -86,7 +83,7 @@ def load_model(
         if model.compiled:
             if info is None or (info.format != "h5" and info.wrapper is None):
                 log(f"the model comes compiled: using its own optimizer "
-                    f"({type(model.optimizer).__name__}) and loss ({_describe(model.loss)}); "
+                    f"({type(model.optimizer).__name__}) and loss ({describe_loss(model.loss)}); "
                     "the optimizer and loss settings are not used")
         else:
             compile_model(model, config, log)
@@ -250,7 +247,7 @@ def compile_model(model: keras.Model, config: RunConfig, log: Log) -> None:
     metrics = [_metric_for(m, loss) for m in config.metrics]
     model.compile(optimizer=optimizer, loss=loss, metrics=metrics, steps_per_execution=1)
     log(f"compiled with {type(optimizer).__name__}(learning_rate={config.learning_rate}), "
-        f"loss {_describe(loss)}, metrics {list(config.metrics)}")
+        f"loss {describe_loss(loss)}, metrics {list(config.metrics)}")
 
 
 def _auto_loss(model: keras.Model, log: Log) -> Any:
@@ -267,7 +264,7 @@ def _auto_loss(model: keras.Model, log: Log) -> Any:
     else:
         loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
         why = f"{units or '?'} outputs with {activation or 'unknown'} activation, taken as logits"
-    log(f"loss chosen from the output layer ({why}): {_describe(loss)}")
+    log(f"loss chosen from the output layer ({why}): {describe_loss(loss)}")
     return loss
 
 
@@ -287,71 +284,6 @@ def _compile_from_training_config(model: keras.Model, info: ModelFileInfo, confi
     training = read_h5_training_config(info.path)
     if training:
         compile_from_training_config(model, training, log, info.path.name)
-
-
-def compile_from_training_config(model: keras.Model, training: dict[str, Any], log: Log,
-                                 source: str = "the file") -> bool:
-    """Compile as a Keras 2 `training_config` says; False (logged) when it cannot be used."""
-    import keras
-
-    try:
-        opt_cfg = training["optimizer_config"]
-        cls_name = opt_cfg["class_name"].split(">")[-1]  # "Custom>Adam" in tf_keras files
-        cls = getattr(keras.optimizers, cls_name)
-        settings = dict(opt_cfg.get("config") or {})
-        if "lr" in settings:  # Keras <= 2.2
-            settings.setdefault("learning_rate", settings.pop("lr"))
-        if isinstance(settings.get("learning_rate"), dict):
-            settings["learning_rate"] = keras.optimizers.schedules.deserialize(
-                settings["learning_rate"])
-        accepted = inspect.signature(cls.__init__).parameters
-        optimizer = cls(**{k: v for k, v in settings.items() if k in accepted})
-        loss = training.get("loss")
-        if isinstance(loss, dict) and "class_name" in loss:
-            loss = keras.losses.deserialize(loss)
-        metrics = _legacy_metrics(training.get("metrics"), len(model.outputs or [None]))
-        model.compile(optimizer=optimizer, loss=loss, metrics=metrics, steps_per_execution=1)
-    except Exception as exc:  # an old or custom file; the run's settings still work
-        log(f"could not compile from the file's training settings ({type(exc).__name__}: "
-            f"{exc}); using the run's settings instead")
-        return False
-    log(f"compiled as saved in {source}: {cls_name}, loss {_describe(loss)}, "
-        f"metrics {metrics}; the optimizer and loss settings are not used")
-    return True
-
-
-def _legacy_metrics(metrics: Any, n_outputs: int) -> Any:
-    """Keras 2 metric configs as names Keras 3 resolves from the loss and labels."""
-    if metrics is None:
-        return None
-    if n_outputs == 1 and isinstance(metrics, list) and all(isinstance(m, list) for m in metrics):
-        metrics = [m for per_output in metrics for m in per_output]
-    if isinstance(metrics, list):
-        return [_legacy_metrics(m, n_outputs) if isinstance(m, list) else _legacy_metric(m)
-                for m in metrics]
-    return {k: _legacy_metrics(v, n_outputs) for k, v in metrics.items()}
-
-
-def _legacy_metric(metric: Any) -> Any:
-    import keras
-
-    if not isinstance(metric, dict):
-        return metric
-    cfg = metric.get("config") or {}
-    # tf_keras stores "accuracy" as MeanMetricWrapper(fn="categorical_accuracy") before
-    # fit resolves it; the name is what the user asked for.
-    if cfg.get("name") in ("accuracy", "acc"):
-        return "accuracy"
-    if metric.get("class_name") == "MeanMetricWrapper" and isinstance(cfg.get("fn"), str):
-        return cfg["fn"]
-    return keras.metrics.deserialize(metric)
-
-
-def _describe(loss: Any) -> str:
-    if isinstance(loss, str):
-        return loss
-    name = getattr(loss, "name", None) or getattr(loss, "__name__", None) or type(loss).__name__
-    return f"{name}(from_logits=True)" if getattr(loss, "from_logits", False) else str(name)
 
 
 # -- synchronized BatchNorm -------------------------------------------------
@@ -428,7 +360,7 @@ def output_layer_info(model: keras.Model) -> tuple[int | None, str | None]:
 
 def loss_wants_onehot(model: keras.Model) -> bool | None:
     """True when the compiled loss takes one-hot labels, False for class indices, else None."""
-    name = _describe(getattr(model, "loss", None)).split("(")[0].replace("_", "").lower()
+    name = describe_loss(getattr(model, "loss", None)).split("(")[0].replace("_", "").lower()
     if name in _ONEHOT_LOSSES:
         return True
     return False if name in _SPARSE_LOSSES else None

@@ -1,17 +1,15 @@
 """Datasets -> unbatched tf.data pipelines, and batching that is safe under a strategy.
 
-TensorFlow is imported inside the functions only: the GUI imports this module
-(for `inspect_data`, `steps`, ...) and must never load TensorFlow.
-
-Batching always drops the partial last batch: under MirroredStrategy a partial
-batch can leave a replica with 0 samples, which breaks Conv2D and BatchNorm
-(see docs/architecture.md, "Partial last batch").
+Runs in the worker. The batch arithmetic the GUI also needs (steps, dropped
+samples, evaluation batch) is `mgpu_gui.core.datasets.batching`. Batching
+always drops the partial last batch: under MirroredStrategy a partial batch
+can leave a replica with 0 samples, which breaks Conv2D and BatchNorm (see
+docs/architecture.md, "Partial last batch").
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,6 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from mgpu_gui.core.config import DEMO, RunConfig
+from mgpu_gui.core.datasets.batching import SAMPLE_BATCH
 from mgpu_gui.core.datasets.inspection import (
     DEMO_MAX_VALUE,
     DataInfo,
@@ -43,14 +42,10 @@ from mgpu_gui.core.errors import DataError
 if TYPE_CHECKING:
     import tensorflow as tf
 
-__all__ = [
-    "DataInfo", "DataKind", "LabelKind", "PreparedData", "batch_for_training",
-    "dropped_per_epoch", "fits_in_memory", "inspect_data", "load_data", "steps",
-]
+__all__ = ["DataInfo", "DataKind", "LabelKind", "PreparedData", "batch_for_training",
+           "inspect_data", "load_data"]
 
-MEMORY_LIMIT_BYTES = 1 << 30  # cache a split in RAM below this
 SHUFFLE_BUFFER_BYTES = 256 << 20  # uncached data: bound the shuffle buffer, not the dataset
-SAMPLE_BATCH = 32
 
 
 @dataclass(frozen=True, eq=False)
@@ -77,24 +72,7 @@ class PreparedData:
     val_source: str  # where validation came from, for the run log
 
 
-# -- batching (TF-free arithmetic first) ---------------------------------------
-def steps(samples: int, global_batch: int) -> int:
-    """Full batches per epoch (the partial last batch is dropped)."""
-    return samples // global_batch
-
-
-def dropped_per_epoch(samples: int, global_batch: int) -> int:
-    """Samples left out of each epoch by drop_remainder (different ones each epoch if shuffled)."""
-    return samples % global_batch
-
-
-def fits_in_memory(
-    samples: int, input_shape: Sequence[int], *, limit_bytes: int = MEMORY_LIMIT_BYTES
-) -> bool:
-    """Whether `samples` float32 inputs of `input_shape` fit the cache budget."""
-    return samples * int(np.prod(input_shape, dtype=np.int64)) * 4 < limit_bytes
-
-
+# -- batching ------------------------------------------------------------------
 def batch_for_training(
     ds: tf.data.Dataset,
     samples: int,
@@ -112,7 +90,7 @@ def batch_for_training(
     `replicas` and `what` only shape the error message (`what` is "training",
     "validation" or "test": evaluation under a strategy drops remainders too).
 
-    `repeat=True` (training; give `fit` steps_per_epoch = `steps(...)`) keeps one
+    `repeat=True` (training; give `fit` steps_per_epoch = `batching.steps(...)`) keeps one
     iterator for the whole run. Without it Keras builds a new iterator every epoch,
     whose first batch waits for the shuffle buffer to refill: measured on 2 cores,
     0.05-3.8 s per epoch against 17 ms per step. Batching before repeating keeps
@@ -312,16 +290,3 @@ class _Converter:
             return np.array(data.x[:n])
         head = _Files(data.paths[:n], data.labels[:n])
         return np.stack([x.numpy() for x, _ in self(head)])
-
-
-def eval_batch(samples: int, batch_per_replica: int, replicas: int) -> int:
-    """The largest global batch (a multiple of the replicas, at most the training one)
-    that leaves fewer samples than replicas out of an evaluation.
-
-    Every replica must get a full share, so evaluation drops its remainder too;
-    with the training batch that can be a third of a small validation set.
-    """
-    for per_replica in range(min(batch_per_replica, samples // replicas), 0, -1):
-        if samples % (per_replica * replicas) < replicas:
-            return per_replica * replicas
-    return replicas

@@ -12,12 +12,14 @@ what to do (`failures.py`); the completed epochs' backup is always kept.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import keras
 import tensorflow as tf
 
 from mgpu_gui.core.config import RunConfig
+from mgpu_gui.core.datasets import batching
 from mgpu_gui.core.devices.plan import DevicePlan
 from mgpu_gui.core.errors import ModelError
 from mgpu_gui.core.events import (
@@ -46,7 +48,6 @@ from mgpu_gui.engine.callbacks import (
 )
 from mgpu_gui.engine.export import export_model
 from mgpu_gui.engine.failures import NonFiniteLossError, Stage, Where, explain_failure
-from mgpu_gui.testing import faults
 
 __all__ = ["FitLoop", "NonFiniteLossError", "TrainingSetup", "prepare", "run_training"]
 
@@ -102,16 +103,18 @@ def run_training(
     sink: EventSink,
     stop: threading.Event,
     loop: FitLoop | None = None,
+    extra_callbacks: Sequence[keras.callbacks.Callback] = (),
 ) -> RunStatus:
     """Train one run to its end (or a stop).
 
-    Failures that can be explained leave as UserErrors (see failures.py); any
-    other exception is the caller's to report.
+    `extra_callbacks` go after the run's own in every `fit` (the worker's test-only
+    fault injection is one). Failures that can be explained leave as UserErrors (see
+    failures.py); any other exception is the caller's to report.
     """
     where = Where(config, run_dir, plan, strategy.num_replicas_in_sync)
     try:
         return _run(config, run_dir, plan, strategy, cross_device_ops, sink, stop, where,
-                    loop or FitLoop())
+                    loop or FitLoop(), extra_callbacks)
     except Exception as error:
         explained = explain_failure(error, where)
         if explained is error:
@@ -121,11 +124,10 @@ def run_training(
 
 def _run(config: RunConfig, run_dir: RunDir, plan: DevicePlan, strategy: tf.distribute.Strategy,
          cross_device_ops: str, sink: EventSink, stop: threading.Event, where: Where,
-         loop: FitLoop) -> RunStatus:
+         loop: FitLoop, extra_callbacks: Sequence[keras.callbacks.Callback]) -> RunStatus:
     def log(message: str, level: str = "info") -> None:
         sink.emit(LogMessage(message=message, level=level))
 
-    fault = faults.from_env()  # test-only; None unless MGPU_GUI_FAULT is set
     if config.seed is not None:
         keras.utils.set_random_seed(config.seed)
     setup = prepare(config, strategy, log)
@@ -134,8 +136,8 @@ def _run(config: RunConfig, run_dir: RunDir, plan: DevicePlan, strategy: tf.dist
     ckpt.check_free_space(run_dir.path.parent, ckpt.space_needed(
         int(model.count_params()) * 4 * ckpt.ADAM_FACTOR, len(config.export_formats)))
     replicas = strategy.num_replicas_in_sync
-    steps = data_mod.steps(prepared.train_samples, setup.global_batch)
-    dropped = data_mod.dropped_per_epoch(prepared.train_samples, setup.global_batch)
+    steps = batching.steps(prepared.train_samples, setup.global_batch)
+    dropped = batching.dropped_per_epoch(prepared.train_samples, setup.global_batch)
     initial_epoch = loop.backup_epoch(run_dir)
     sink.emit(RunStarted(
         run_dir=str(run_dir.path), device_kind=plan.kind.value,
@@ -162,15 +164,12 @@ def _run(config: RunConfig, run_dir: RunDir, plan: DevicePlan, strategy: tf.dist
     warmup = _lr_scaling(config, model, replicas, steps, log)
     use_xla = config.jit_compile and _enable_xla(model, log)
     monitor = "val_loss" if setup.val is not None else "loss"
-    if fault is not None:
-        log(f"Test-only fault injection is on: {faults.ENV_VAR}={fault}.", "warning")
     while True:
         initial_epoch = loop.backup_epoch(run_dir)
         tracker = EpochTracker(steps)
         saver, events, callbacks = _callbacks(config, run_dir, sink, stop, tracker, monitor,
                                               setup.global_batch, initial_epoch, warmup)
-        if fault is not None:
-            callbacks.append(faults.fault_callback(fault, run_dir.path))
+        callbacks.extend(extra_callbacks)
         where.stage, where.steps, where.tracker, where.checkpoints = (
             Stage.TRAINING, steps, tracker, saver)
         try:
@@ -228,7 +227,7 @@ def prepare(config: RunConfig, strategy: tf.distribute.Strategy, log) -> Trainin
                                         prepared.num_classes)
     if note:
         log(note)
-    cache = data_mod.fits_in_memory(prepared.train_samples, prepared.input_shape)
+    cache = batching.fits_in_memory(prepared.train_samples, prepared.input_shape)
 
     replicas = strategy.num_replicas_in_sync
 
@@ -243,7 +242,7 @@ def prepare(config: RunConfig, strategy: tf.distribute.Strategy, log) -> Trainin
                                            what=what)
 
     def evaluation(ds, samples, what):
-        batch = data_mod.eval_batch(samples, config.batch_per_replica, replicas)
+        batch = batching.eval_batch(samples, config.batch_per_replica, replicas)
         return batched(ds, samples, batch, what)
 
     if prepared.val is not None and prepared.val_samples < replicas:
@@ -360,9 +359,9 @@ def _monitor(wanted: str, available: str) -> str:
 
 def _evaluate(loop: FitLoop, model: keras.Model, setup: TrainingSetup, sink: EventSink) -> None:
     samples, replicas = setup.data.test_samples, model.distribute_strategy.num_replicas_in_sync
-    batch = data_mod.eval_batch(samples, setup.global_batch // replicas, replicas)
+    batch = batching.eval_batch(samples, setup.global_batch // replicas, replicas)
     results = loop.evaluate(model, setup.test)
-    dropped = data_mod.dropped_per_epoch(samples, batch)
+    dropped = batching.dropped_per_epoch(samples, batch)
     sink.emit(Evaluated(dataset="test", metrics=results, samples=samples - dropped,
                         dropped=dropped))
 

@@ -1,23 +1,13 @@
-"""Legacy multi-GPU wrappers: find them in a model file and recover the plain template.
+"""Recover the plain template from a legacy multi-GPU wrapper file, in Keras 3.
 
-Keras 2's `multi_gpu_model` (and the Keras 3 `to_multi_gpu(model, n_gpus)`
-recipe) wrapped the user's model (the *template*) in towers: an Input, one
-slicing `Lambda` per GPU, the template applied to each slice (one nested model
-called N times) and a `Concatenate(axis=0)`, sometimes followed by more layers.
-Saved with `save()`, the file holds that wrapper; re-wrapping nested it again.
-
-Two halves:
-- `find_wrapper(config)` reads a model config (a dict from the file's JSON) and
-  says whether it is such a wrapper: towers, template, nesting depth, layers
-  after the Concatenate. It is TF-free (the GUI calls it through
-  `modelfile.inspect_model_file`).
-- `recover_model(path)` rebuilds the innermost template in Keras 3 from its own
-  config (`keras.Model.from_config` / `keras.Sequential.from_config`), appends
-  the standard layers that followed the Concatenate, and sets the weights read
-  with h5py: by layer name for `.h5` files (`model_weights/<group>` with
-  `weight_names`), by the saved object path for `.keras` files. Every weight of
-  the recovered model must be found, or a ModelError names what is missing.
-  The Lambda layers are never deserialized: no code from the file runs.
+The wrapper itself is found without Keras (`mgpu_gui.core.modelfiles.wrapper`).
+`recover_model(path)` rebuilds the innermost template from its own config
+(`keras.Model.from_config` / `keras.Sequential.from_config`), appends the
+standard layers that followed the Concatenate, and sets the weights read with
+h5py: by layer name for `.h5` files (`model_weights/<group>` with
+`weight_names`), by the saved object path for `.keras` files. Every weight of
+the recovered model must be found, or a ModelError names what is missing.
+The Lambda layers are never deserialized: no code from the file runs.
 
 Keras is imported inside functions only.
 """
@@ -28,197 +18,28 @@ import io
 import json
 import zipfile
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from mgpu_gui.core.errors import ModelError
+from mgpu_gui.core.modelfiles.inspection import inspect_model_file
+from mgpu_gui.core.modelfiles.wrapper import (
+    CODE_LAYERS,
+    MODEL_CLASSES,
+    Level,
+    WrapperInfo,
+    config_layers,
+    layer_name,
+    wrapper_levels,
+)
+from mgpu_gui.engine.legacy_compile import compile_from_training_config
 
 Log = Callable[[str], None]
-MODEL_CLASSES = ("Functional", "Model", "Sequential")
-# Layers that never run code from the file and are rebuilt from their config.
-_CODE_LAYERS = ("Lambda",)
 
 
-# -- inspection (TF-free) -----------------------------------------------------
-@dataclass(frozen=True)
-class WrapperInfo:
-    """A multi-GPU wrapper found in a model config.
-
-    `depth` is how many wrappers nest around the template (1: wrapped once).
-    `towers` is the tower count of each wrapper, outermost first. `after_layers`
-    are the layers the wrappers add after their Concatenate, as (name, class),
-    innermost wrapper first (the order they are appended in); `code_layers`
-    names those that cannot be rebuilt without running code from the file.
-    """
-
-    towers: tuple[int, ...]
-    template_name: str
-    template_class: str  # "Functional" or "Sequential" (a Keras 2 "Model" is Functional)
-    template_layers: int
-    depth: int
-    after_layers: tuple[tuple[str, str], ...] = field(default=())
-    code_layers: tuple[str, ...] = field(default=())
-    template_lambdas: tuple[str, ...] = field(default=())
-
-    def describe(self) -> str:
-        """One paragraph for the CLI, the log and the GUI dialog."""
-        towers = " x ".join(str(n) for n in self.towers)
-        nest = "" if self.depth == 1 else f", nested {self.depth} deep (wrapped again on reload)"
-        text = (f"multi-GPU wrapper ({towers} towers{nest}) around the {self.template_class} "
-                f"model '{self.template_name}' ({self.template_layers} layers)")
-        if self.after_layers:
-            text += "; after the Concatenate: " + ", ".join(
-                f"{name} ({cls})" for name, cls in self.after_layers)
-        if self.code_layers:
-            text += ("; cannot be rebuilt without running code from the file: "
-                     + ", ".join(self.code_layers))
-        return text
-
-
-@dataclass(frozen=True)
-class _Level:
-    config: dict[str, Any]  # the wrapper's model config
-    template: dict[str, Any]  # the nested template's layer entry
-    towers: int
-    after: tuple[dict[str, Any], ...]
-
-
-def find_wrapper(config: dict[str, Any]) -> WrapperInfo | None:
-    """The wrapper structure of a model config, or None for a plain model."""
-    levels = _levels(config)
-    if not levels:
-        return None
-    template = levels[-1].template
-    after = [layer for level in reversed(levels) for layer in level.after]
-    code: list[str] = []
-    for layer in after:
-        if layer.get("class_name") in _CODE_LAYERS or code:
-            code.append(_name(layer))  # everything after a code layer depends on it
-    return WrapperInfo(
-        towers=tuple(level.towers for level in levels),
-        template_name=_name(template),
-        template_class="Sequential" if template.get("class_name") == "Sequential"
-        else "Functional",
-        template_layers=len([layer for layer in config_layers(template)
-                             if layer.get("class_name") != "InputLayer"]),
-        depth=len(levels),
-        after_layers=tuple((_name(layer), str(layer.get("class_name"))) for layer in after),
-        code_layers=tuple(code),
-        template_lambdas=tuple(_name(node) for node in walk_config(template)
-                               if node.get("class_name") == "Lambda"),
-    )
-
-
-def _levels(config: dict[str, Any]) -> list[_Level]:
-    """The wrappers from the outermost in; empty when `config` is not a wrapper."""
-    levels: list[_Level] = []
-    node = config
-    while isinstance(node, dict) and node.get("class_name") in ("Functional", "Model"):
-        level = _level(node)
-        if level is None:
-            break
-        levels.append(level)
-        node = level.template
-    return levels
-
-
-def _level(config: dict[str, Any]) -> _Level | None:
-    layers = config_layers(config)
-    by_name = {_name(layer): layer for layer in layers}
-    for candidate in layers:
-        if candidate.get("class_name") not in MODEL_CLASSES:
-            continue
-        calls = _inbound(candidate)
-        if len(calls) < 2 or any(len(call) != 1 for call in calls):
-            continue
-        feeders = [by_name.get(call[0]) for call in calls]
-        if not all(f is not None and f.get("class_name") == "Lambda" for f in feeders):
-            continue
-        tname = _name(candidate)
-        concat = next((
-            layer for layer in layers
-            if layer.get("class_name") == "Concatenate"
-            and (layer.get("config") or {}).get("axis") == 0
-            and _inbound(layer) and set(_inbound(layer)[0]) == {tname}
-        ), None)
-        if concat is None:
-            continue
-        after = _chain_after(config, by_name, _name(concat))
-        if after is None:
-            continue
-        return _Level(config, candidate, len(calls), tuple(after))
-    return None
-
-
-def _chain_after(config: dict[str, Any], by_name: dict[str, dict[str, Any]],
-                 concat: str) -> list[dict[str, Any]] | None:
-    """The single chain of layers from the Concatenate to the one output, or None."""
-    outputs = (config.get("config") or {}).get("output_layers")
-    if isinstance(outputs, list) and outputs and isinstance(outputs[0], str):
-        outputs = [outputs]
-    if not isinstance(outputs, list) or len(outputs) != 1:
-        return None
-    chain: list[dict[str, Any]] = []
-    name = outputs[0][0]
-    while name != concat:
-        layer = by_name.get(name)
-        if layer is None or len(chain) > len(by_name):
-            return None
-        calls = _inbound(layer)
-        if len(calls) != 1 or len(calls[0]) != 1:
-            return None
-        chain.append(layer)
-        name = calls[0][0]
-    return list(reversed(chain))
-
-
-def _inbound(layer: dict[str, Any]) -> list[list[str]]:
-    """Per call of `layer`, the names of the layers feeding it (Keras 2 and 3 formats)."""
-    calls: list[list[str]] = []
-    for node in layer.get("inbound_nodes") or []:
-        if isinstance(node, list):  # Keras 2: [["dense", 0, 0, {}], ...]
-            calls.append([entry[0] for entry in node
-                          if isinstance(entry, list) and entry and isinstance(entry[0], str)])
-        elif isinstance(node, dict):  # Keras 3: {"args": [...keras tensors...], "kwargs": {}}
-            names = []
-            for item in walk_config(node.get("args")):
-                history = (item.get("config") or {}).get("keras_history") if (
-                    item.get("class_name") == "__keras_tensor__") else None
-                if isinstance(history, list) and history:
-                    names.append(history[0])
-            calls.append(names)
-    return calls
-
-
-def config_layers(model_config: dict[str, Any]) -> list[dict[str, Any]]:
-    """The layer entries of a model config, old (list-style) Sequential configs too."""
-    inner = model_config.get("config")
-    if isinstance(inner, list):  # Keras 2.0-2.1 Sequential: config is the layer list
-        return inner
-    layers = (inner or {}).get("layers")
-    return layers if isinstance(layers, list) else []
-
-
-def _name(layer: dict[str, Any]) -> str:
-    cfg = layer.get("config")
-    return str(layer.get("name") or (cfg.get("name") if isinstance(cfg, dict) else None) or "?")
-
-
-def walk_config(node: Any) -> Iterator[dict[str, Any]]:
-    """Every dict in a nested config, so nested models are searched too."""
-    if isinstance(node, dict):
-        yield node
-        for value in node.values():
-            yield from walk_config(value)
-    elif isinstance(node, list):
-        for value in node:
-            yield from walk_config(value)
-
-
-# -- recovery (Keras) ---------------------------------------------------------
 @dataclass
 class Recovered:
     """The plain model recovered from a wrapper, and what was done to get it."""
@@ -252,8 +73,6 @@ def recover_model(path: str | Path, *, custom_objects: dict[str, Any] | None = N
     the template needs a class that is not available (provide it through a .py
     with `custom_objects`). Build inside `strategy.scope()` to train it.
     """
-    from mgpu_gui.core.modelfiles.inspection import inspect_model_file
-
     info = inspect_model_file(path)
     wrapper = info.wrapper
     if wrapper is None:
@@ -265,7 +84,7 @@ def recover_model(path: str | Path, *, custom_objects: dict[str, Any] | None = N
     else:
         config, compile_config = _keras_configs(info.path)
         training = None
-    levels = _levels(config)
+    levels = wrapper_levels(config)
     template_cfg = levels[-1].template
     if wrapper.template_lambdas:
         raise ModelError(
@@ -385,11 +204,12 @@ def _build_template(file: str, template: dict[str, Any], custom_objects: dict[st
     try:
         return cls.from_config(entry["config"], custom_objects=custom_objects or None)
     except Exception as exc:
-        raise ModelError(f"{file}: could not rebuild the template '{_name(template)}' from its "
-                         f"config: {type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
+        raise ModelError(f"{file}: could not rebuild the template '{layer_name(template)}' "
+                         f"from its config: {type(exc).__name__}: "
+                         f"{str(exc).splitlines()[0]}") from exc
 
 
-def _after_layers(file: str, levels: list[_Level], custom_objects: dict[str, Any]
+def _after_layers(file: str, levels: list[Level], custom_objects: dict[str, Any]
                   ) -> tuple[list[tuple[str, Any]], list[str]]:
     import keras
 
@@ -397,8 +217,8 @@ def _after_layers(file: str, levels: list[_Level], custom_objects: dict[str, Any
     skipped: list[str] = []
     for level in reversed(levels):
         for entry in level.after:
-            name = _name(entry)
-            if skipped or entry.get("class_name") in _CODE_LAYERS or not _known_layer(
+            name = layer_name(entry)
+            if skipped or entry.get("class_name") in CODE_LAYERS or not _known_layer(
                     entry, custom_objects):
                 skipped.append(name)
                 continue
@@ -510,7 +330,7 @@ def _match(file: str, layer: Any, entries: list[tuple[str, np.ndarray]]) -> list
 
 
 # .keras: weights by saved object path
-def _set_keras_weights(path: Path, levels: list[_Level], template: Any,
+def _set_keras_weights(path: Path, levels: list[Level], template: Any,
                        appended: list[tuple[str, Any]]) -> int:
     import h5py
     from keras.src.saving import saving_lib
@@ -526,11 +346,11 @@ def _set_keras_weights(path: Path, levels: list[_Level], template: Any,
         paths = {}
         for entry in config_layers(level.config):
             snake = _unique(to_snake_case(_normalized(entry)["class_name"]), used)
-            paths[_name(entry)] = f"{prefix}layers/{snake}"
+            paths[layer_name(entry)] = f"{prefix}layers/{snake}"
         for entry in level.after:
-            if _name(entry) in placed:
-                targets.append((paths[_name(entry)], placed[_name(entry)]))
-        prefix = paths[_name(level.template)] + "/"
+            if layer_name(entry) in placed:
+                targets.append((paths[layer_name(entry)], placed[layer_name(entry)]))
+        prefix = paths[layer_name(level.template)] + "/"
     targets.append((prefix.rstrip("/"), template))
     store = saving_lib.H5IOStore(data, mode="r")
     count = 0
@@ -583,8 +403,6 @@ def _count_datasets(h5: Any, where: str) -> int:
 
 def _compile(model: Any, training: dict | None, compile_config: dict | None, file: str) -> str:
     if training:
-        from mgpu_gui.engine.models import compile_from_training_config
-
         done = compile_from_training_config(model, training, lambda _: None)
         if not done:
             return "not compiled: the file's training settings could not be used"

@@ -93,6 +93,7 @@ def baseline_child(data: str, model_file: str, args) -> None:
     strategy, _ = make_strategy(plan)
     import keras
 
+    from mgpu_gui.core.datasets import batching
     from mgpu_gui.engine import models
     from mgpu_gui.engine import pipeline as data_mod
 
@@ -103,16 +104,16 @@ def baseline_child(data: str, model_file: str, args) -> None:
     model = models.load_model(config, strategy, input_shape=prepared.input_shape,
                               num_classes=prepared.num_classes, log=lambda *a: None)
     global_batch = args.batch * args.replicas
-    cache = data_mod.fits_in_memory(prepared.train_samples, prepared.input_shape)
+    cache = batching.fits_in_memory(prepared.train_samples, prepared.input_shape)
     repeat = args.pipeline == "engine"
     train = data_mod.batch_for_training(prepared.train, prepared.train_samples, global_batch,
                                         shuffle=True, seed=config.seed, cache=cache,
                                         repeat=repeat)
     val = data_mod.batch_for_training(
         prepared.val, prepared.val_samples,
-        data_mod.eval_batch(prepared.val_samples, args.batch, args.replicas),  # as the engine
+        batching.eval_batch(prepared.val_samples, args.batch, args.replicas),  # as the engine
         shuffle=False, seed=None, cache=cache)
-    steps = data_mod.steps(prepared.train_samples, global_batch)
+    steps = batching.steps(prepared.train_samples, global_batch)
 
     from epoch_timer import EpochTimer  # beside this script
 

@@ -109,7 +109,7 @@ def main() -> None:
     if args.child:
         child(args)
         return
-    from mgpu_gui.engine.precision import CPU_BF16_FLAGS, cpu_flags
+    from mgpu_gui.core.devices.precision_hint import CPU_BF16_FLAGS, cpu_flags
 
     results: dict[tuple[str, bool], list[float]] = {v: [] for v in VARIANTS}
     errors: dict[tuple[str, bool], str] = {}

@@ -21,7 +21,8 @@ from mgpu_gui.core.config import DEMO, RunConfig
 from mgpu_gui.core.datasets import fit_check
 from mgpu_gui.core.datasets.inspection import DataInfo, LabelKind, inspect_data
 from mgpu_gui.core.errors import DataError, ModelError, OutputError, UserError
-from mgpu_gui.core.modelfiles.inspection import ModelFileInfo, inspect_model_file, lambda_refused
+from mgpu_gui.core.modelfiles.info import ModelFileInfo, lambda_refused
+from mgpu_gui.core.modelfiles.inspection import inspect_model_file
 from mgpu_gui.core.runs import checkpoints
 
 

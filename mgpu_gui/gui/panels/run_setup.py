@@ -45,15 +45,15 @@ from mgpu_gui.core.config import (
     LRScalingConfig,
     RunConfig,
 )
+from mgpu_gui.core.datasets import batching as data_mod
 from mgpu_gui.core.datasets.inspection import DataInfo, inspect_data
 from mgpu_gui.core.devices.nvml import GpuInfo
+from mgpu_gui.core.devices.precision_hint import LABELS as PRECISION_LABELS
+from mgpu_gui.core.devices.precision_hint import precision_hint
 from mgpu_gui.core.errors import DataError, ModelError, UserError
 from mgpu_gui.core.lr_schedule import LinearScaling
 from mgpu_gui.core.modelfiles.inspection import inspect_model_file
 from mgpu_gui.core.runs import preflight
-from mgpu_gui.engine import pipeline as data_mod
-from mgpu_gui.engine.precision import LABELS as PRECISION_LABELS
-from mgpu_gui.engine.precision import precision_hint
 from mgpu_gui.gui.jobs.model_probe import ModelProbe
 from mgpu_gui.gui.widgets.wrapper_notice import WrapperNotice
 

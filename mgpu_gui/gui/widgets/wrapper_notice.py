@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mgpu_gui.core.modelfiles.inspection import ModelFileInfo
+from mgpu_gui.core.modelfiles.info import ModelFileInfo
 from mgpu_gui.core.tools.export_job import ExportMode
 from mgpu_gui.gui.jobs.exporter import ModelExporter, ask_export_target
 
