@@ -3,9 +3,13 @@ its actions are reachable by keyboard."""
 
 from __future__ import annotations
 
+import threading
+
 from PySide6.QtGui import QKeySequence
 
 from mgpu_gui.core.devices.nvml import GpuInventory, NvmlState
+from mgpu_gui.core.errors import UserError
+from mgpu_gui.gui.jobs import run_start
 from mgpu_gui.gui.jobs.telemetry_source import TelemetrySource
 from mgpu_gui.gui.main_window import MainWindow
 
@@ -29,3 +33,24 @@ def test_actions_have_shortcuts(qtbot):
                                                   window.stop_action, window.export_action)}
     assert all(not key.isEmpty() for key in shortcuts.values()), shortcuts
     assert shortcuts["&Open model…"] == QKeySequence(QKeySequence.StandardKey.Open)
+
+
+def test_train_prepares_off_the_gui_thread_and_cannot_be_clicked_twice(qtbot, monkeypatch):
+    release = threading.Event()
+
+    def blocked(config, inventory=None, store=None, *, allow_busy=False):
+        release.wait(10)  # NVML waking a GPU, a slow disk: the window must not wait
+        raise UserError("The data folder is empty.")
+
+    monkeypatch.setattr(run_start, "prepare_run", blocked)
+    window = MainWindow(telemetry=TelemetrySource(inventory=NO_GPU))
+    qtbot.addWidget(window)
+    window.show()
+    qtbot.waitUntil(window.train_action.isEnabled)
+    window.train_action.trigger()  # returns while the preparation is blocked
+    assert not window.train_action.isEnabled() and window.train_action.text() == "Preparing…"
+    window.train_action.trigger()  # a second click does nothing
+    release.set()
+    qtbot.waitUntil(window.banner.isVisible)
+    assert "The data folder is empty." in window.banner.message.text()
+    assert window.train_action.isEnabled() and window.train_action.text() == "&Train"

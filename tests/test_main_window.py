@@ -13,6 +13,7 @@ from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig
 from mgpu_gui.core.devices.nvml import GpuInventory, NvmlState
 from mgpu_gui.core.events import BatchEnd, RunStarted, RunStatus
 from mgpu_gui.core.runs.store import RunState as StoreState
+from mgpu_gui.gui.jobs.run_controller import RunState
 from mgpu_gui.gui.jobs.telemetry_source import TelemetrySource
 from mgpu_gui.gui.main_window import MainWindow
 
@@ -125,6 +126,8 @@ def test_stop_mid_run_then_resume_from_the_runs_tab(qtbot, window):
          list(window.curves.series("val_loss")[0]))))
     with qtbot.waitSignal(window.controller.finished, timeout=RUN_TIMEOUT_MS) as finished:
         panel.buttons["resume"].click()
+        assert not panel.resume_action.isEnabled() and not window.train_action.isEnabled()
+        qtbot.waitUntil(lambda: window.controller.state is RunState.RUNNING)  # prepared
         # The stored curves are back before the worker has started TensorFlow.
         assert list(window.curves.series("val_loss")[0]) == [float(e + 1) for e in range(done)]
         assert not panel.resume_action.isEnabled() and not window.train_action.isEnabled()

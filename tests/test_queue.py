@@ -326,13 +326,15 @@ def test_train_on_a_held_gpu_offers_the_queue_and_a_busy_gpu_needs_confirmation(
         win.gpu_panel.set_checked([0])
         qtbot.waitUntil(win.train_action.isEnabled, timeout=10_000)
         assert "GPU 0 is in use by another run (shown above)" in win.gpu_panel.warning.text()
-        win.train_action.trigger()
+        win.train_action.trigger()  # prepared off the GUI thread: the answer comes back
+        qtbot.waitUntil(lambda: len(asked) == 1, timeout=10_000)
         assert asked[-1].startswith("GPU 0 is in use by run")
         assert not win.controller.is_running()
         (job,) = win.queue_panel.jobs  # queued instead, as the user chose
         assert job.config.devices.gpus == ("GPU-fake-0",) and job.waiting
         win.gpu_panel.set_checked([3])  # pid 4242 runs there; the user says no
         win.train_action.trigger()
+        qtbot.waitUntil(lambda: len(asked) == 2, timeout=10_000)
         assert "GPU 3 runs pid 4242" in asked[-1] and not win.controller.is_running()
         assert len(win.queue_panel.jobs) == 1
     finally:

@@ -1,4 +1,5 @@
-"""The QThread supervisor: events arrive in order on the GUI thread; stop and failures."""
+"""The QThread supervisor: runs are prepared off the GUI thread; events arrive in order on
+the GUI thread; stop and failures."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from mgpu_gui.core.runs.folder import create_run_dir
 from mgpu_gui.core.runs.lock import is_live
 from mgpu_gui.core.runs.store import RunState as StoreState
 from mgpu_gui.core.runs.store import RunStore
-from mgpu_gui.gui.jobs.run_controller import RunController
+from mgpu_gui.gui.jobs.run_controller import RunController, RunState
+from mgpu_gui.gui.jobs.run_start import StartKind
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +29,7 @@ def test_a_run_streams_events_and_finishes(qtbot, tmp_path):
     controller.event.connect(events.append)
     with qtbot.waitSignal(controller.finished, timeout=120_000) as done:
         controller.start(demo(tmp_path))
-        assert controller.is_running()
+        assert controller.is_running() and controller.state is RunState.PREPARING
     assert done.args[0].status is RunStatus.COMPLETED
     assert not controller.is_running()
     kinds = [type(e) for e in events]
@@ -45,14 +47,24 @@ def test_stop_mid_run_then_start_again(qtbot, tmp_path):
         controller.state_changed.connect(states.append)
         controller.event.connect(lambda e: isinstance(e, BatchEnd) and controller.stop())
         with qtbot.waitSignal(controller.finished, timeout=120_000) as done:
-            run = controller.start(demo(tmp_path, epochs=50))
+            with qtbot.waitSignal(controller.started) as started:
+                controller.start(demo(tmp_path, epochs=50))
+            run = started.args[0]
             assert store.get(run.run_id).status is StoreState.RUNNING
         assert done.args[0].status is RunStatus.STOPPED
-        assert states == ["running", "stopping", "idle"]
+        assert states == ["preparing", "running", "stopping", "idle"]
         # Recorded before `finished`: the store already says how it ended.
         record = store.get(run.run_id)
         assert record.status is StoreState.STOPPED and record.run_dir == run.run_dir.path
         assert not is_live(run.run_dir.path)
+
+
+def refusal(qtbot, controller: RunController, start):
+    """The (request, error) `refused` says for what `start()` asks."""
+    with qtbot.waitSignal(controller.refused, timeout=30_000) as refused:
+        start()
+    assert not controller.is_running()
+    return refused.args
 
 
 def test_resume_refuses_what_cannot_be_resumed_and_starts_nothing(qtbot, tmp_path):
@@ -64,8 +76,8 @@ def test_resume_refuses_what_cannot_be_resumed_and_starts_nothing(qtbot, tmp_pat
         RunController().resume(7)
     with RunStore() as store:
         controller = RunController(store=store)
-        with pytest.raises(UserError, match="nothing to resume"):
-            controller.resume(run_dir.path)
+        _, error = refusal(qtbot, controller, lambda: controller.resume(run_dir.path))
+        assert isinstance(error, UserError) and "nothing to resume" in str(error)
         with pytest.raises(UserError, match="no run 999"):
             controller.resume(999)
         assert not controller.is_running() and not is_live(run_dir.path)
@@ -73,7 +85,21 @@ def test_resume_refuses_what_cannot_be_resumed_and_starts_nothing(qtbot, tmp_pat
 
 def test_bad_input_is_refused_before_anything_starts(qtbot, tmp_path):
     controller = RunController()
-    with pytest.raises(UserError, match="model file not found"):
-        controller.start(demo(tmp_path, model=str(tmp_path / "missing.keras")))
+    config = demo(tmp_path, model=str(tmp_path / "missing.keras"))
+    request, error = refusal(qtbot, controller, lambda: controller.start(config))
+    assert request.kind is StartKind.TRAIN and request.config == config
+    assert isinstance(error, UserError) and "model file not found" in str(error)
     assert not controller.is_running()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_run_stopped_while_it_is_prepared_is_discarded(qtbot, tmp_path):
+    with RunStore() as store:
+        controller = RunController(store=store)
+        with qtbot.waitSignal(controller.finished, timeout=30_000) as done:
+            controller.start(demo(tmp_path))
+            controller.stop()  # as closing the window does
+            assert controller.state is RunState.STOPPING
+        assert done.args[0].status is RunStatus.STOPPED
+        assert not controller.is_running()
+        assert store.runs() == [] and list(tmp_path.iterdir()) == []

@@ -9,6 +9,11 @@ The run history (the store) is opened here and shared with the run controller
 (which records runs in it) and the Runs tab (which lists them). At start-up, runs
 that an earlier session did not see end are found in the background and offered
 for a resume; when the store cannot be opened, the app trains without a history.
+What the window does with the history lives in run_history.py.
+
+Train only asks the run controller: the run is prepared (GPUs, claims, preflight,
+the run folder) off the GUI thread, and the window hears back `started` or
+`refused`; while it prepares, Train says so and cannot be clicked again.
 
 The Queue tab (queue_panel.py) queues runs for a queue runner process and
 feeds the GPU panel the devices live runs hold; Train on a held GPU offers the
@@ -34,19 +39,16 @@ from PySide6.QtWidgets import (
 )
 
 from mgpu_gui.core.children.supervisor import PreparedRun, RunOutcome
-from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.devices.nvml import GpuInventory, NvmlState
 from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.events import ClusterFormed, EpochEnd, Event, RunFailed, RunStarted, RunStatus
 from mgpu_gui.core.runs.claims import DevicesBusyError
 from mgpu_gui.core.runs.folder import RunDir
-from mgpu_gui.core.runs.lock import is_live
-from mgpu_gui.core.runs.store import RunRecord, RunStore
-from mgpu_gui.core.runs.store import RunState as StoreState
-from mgpu_gui.core.runs.storedb import StoreError
+from mgpu_gui.core.runs.store import RunStore
 from mgpu_gui.gui.jobs.exporter import ModelExporter, ask_export_target
 from mgpu_gui.gui.jobs.run_controller import RunController, RunState
-from mgpu_gui.gui.jobs.run_follower import RunFollower, last_time
+from mgpu_gui.gui.jobs.run_follower import RunFollower
+from mgpu_gui.gui.jobs.run_start import StartKind, StartRequest
 from mgpu_gui.gui.jobs.telemetry_source import TelemetrySource
 from mgpu_gui.gui.panels.cluster import ClusterPanel
 from mgpu_gui.gui.panels.curves import CurvesPanel
@@ -56,14 +58,14 @@ from mgpu_gui.gui.panels.progress import ProgressPanel, status_text
 from mgpu_gui.gui.panels.queue import QueuePanel, confirm_busy_gpus, offer_queue
 from mgpu_gui.gui.panels.run_setup import RunSetupPanel
 from mgpu_gui.gui.panels.runs import RunsPanel
+from mgpu_gui.gui.run_history import RunHistory
 from mgpu_gui.gui.theme import follow_system_scheme, refresh_style_sheets
 from mgpu_gui.gui.tool_dialogs import ToolDialogs
 from mgpu_gui.gui.widgets.error_banner import ErrorBanner
 from mgpu_gui.gui.widgets.resume_offer import ResumeOffer, StoreReconciler
-from mgpu_gui.gui.widgets.runs_table import STATUS_TEXT, best_text, short_name
 
 
-class MainWindow(ToolDialogs, QMainWindow):
+class MainWindow(ToolDialogs, RunHistory, QMainWindow):
     def __init__(self, *, telemetry: TelemetrySource | None = None,
                  controller: RunController | None = None):
         super().__init__()
@@ -71,8 +73,6 @@ class MainWindow(ToolDialogs, QMainWindow):
         follow_system_scheme()  # light or dark as the system says, plots included
         self.telemetry = telemetry or TelemetrySource(parent=self)
         self.controller = controller or RunController(self)
-        self._owns_store = False
-        self.store_problem = ""  # why there is no run history, when there is none
         if self.controller.store is None:
             self.controller.store = self._open_store()
         self.store: RunStore | None = self.controller.store
@@ -224,6 +224,7 @@ class MainWindow(ToolDialogs, QMainWindow):
         self.run_setup.validity_changed.connect(lambda ok: self._update_actions())
         self.run_setup.summary_ready.connect(self.log.set_summary)
         self.controller.started.connect(self._run_started)
+        self.controller.refused.connect(self._start_refused)
         self.controller.event.connect(self._run_event)
         self.controller.output.connect(self.log.append_output)
         self.controller.finished.connect(self._run_finished)
@@ -248,22 +249,20 @@ class MainWindow(ToolDialogs, QMainWindow):
         if self.controller.is_running():
             return
         self.banner.clear()
-        config = self._current_config()
-        try:
-            self.controller.start(config)
-        except DevicesBusyError as busy:
-            if busy.outside_only and confirm_busy_gpus(self, busy):
-                self._start_anyway(config)
-            elif not busy.outside_only and offer_queue(self, busy):
-                self.add_to_queue()
-        except UserError as error:  # bad input: said before anything started
-            self.banner.show_error(str(error))
+        self.controller.start(self._current_config())
 
-    def _start_anyway(self, config: RunConfig) -> None:
-        try:
-            self.controller.start(config, allow_busy=True)
-        except UserError as error:
-            self.banner.show_error(str(error))
+    def _start_refused(self, request: StartRequest, error: UserError) -> None:
+        """Devices in use: confirm GPUs busy outside the app, or offer the queue when a run
+        holds them; any other refusal is said in the banner."""
+        if isinstance(error, DevicesBusyError) and request.kind is StartKind.TRAIN:
+            if error.outside_only and confirm_busy_gpus(self, error):
+                self.controller.prepare(request.allowing_busy())
+            elif not error.outside_only and offer_queue(self, error):
+                self.add_to_queue()
+            return
+        self.banner.show_error(str(error))  # bad input: said before anything started
+        if request.kind is StartKind.RESUME:
+            self.runs_panel.refresh()  # completed, still running elsewhere, folder gone, ...
 
     def add_to_queue(self) -> None:
         self.banner.clear()
@@ -286,7 +285,7 @@ class MainWindow(ToolDialogs, QMainWindow):
         self.banner.clear()
         try:
             self.controller.resume(run_id)
-        except UserError as error:  # completed, still running elsewhere, folder gone, ...
+        except UserError as error:  # no such run (deleted meanwhile)
             self.banner.show_error(str(error))
             self.runs_panel.refresh()
 
@@ -350,6 +349,10 @@ class MainWindow(ToolDialogs, QMainWindow):
         state = self.controller.state
         idle = state is RunState.IDLE
         self.train_action.setEnabled(idle and self.run_setup.is_valid())
+        preparing = state is RunState.PREPARING
+        self.train_action.setText("Preparing…" if preparing else "&Train")
+        if preparing:
+            self.statusBar().showMessage("Preparing the run: devices, files, run folder…")
         self.queue_action.setEnabled(self.run_setup.is_valid() and self.store is not None)
         self.stop_action.setEnabled(state is RunState.RUNNING)
         # A scaling test beside a training run would time the two competing for devices.
@@ -362,88 +365,6 @@ class MainWindow(ToolDialogs, QMainWindow):
         self.gpu_panel.set_enabled_for_run(idle)
         self.runs_panel.set_run_active(not idle)
         self.resume_offer.set_resume_enabled(idle)
-
-    # -- run history ---------------------------------------------------------
-    def _open_store(self) -> RunStore | None:
-        try:
-            store = RunStore()
-        except StoreError as error:
-            self.store_problem = str(error)
-            return None
-        self._owns_store = True
-        return store
-
-    def _report_store(self) -> None:
-        if self.store is None:
-            message = (f"{self.store_problem or 'There is no run store.'} Training still "
-                       f"works, but runs are not recorded in the run history.")
-            self.banner.show_error(message)
-            self.log.append_message(message)
-        elif self.store.note:
-            self.log.append_message(self.store.note)
-            self.runs_panel.show_message(self.store.note)
-
-    def show_runs(self) -> None:
-        self.log.setCurrentWidget(self.runs_panel)
-
-    def show_run_curves(self, run_id: int) -> None:
-        """A stored run's curves in the plots (not while a run trains: they are its)."""
-        if self.controller.is_running() or self.store is None:
-            return
-        self._stop_following()
-        try:
-            record = self.store.get(run_id)
-            events = self.store.series_events(run_id)
-        except UserError as error:  # deleted meanwhile (another app instance)
-            self.banner.show_error(str(error))
-            return
-        self.curves.load_events(events)
-        self.progress.reset()
-        self._show_run_note(record)
-        if (self.follower is not None and record.status is StoreState.RUNNING
-                and is_live(record.run_dir)):  # its curves go on as it trains
-            self.follower.follow(run_id, last_time(events))
-        if record.folder_exists:
-            self.last_run = RunDir(record.run_dir)  # Export exports the run shown
-        self._update_actions()
-
-    def _show_run_note(self, record: RunRecord) -> None:
-        self.progress.show_note(
-            f"Run {short_name(record)}: {STATUS_TEXT[record.status][0].lower()}, "
-            f"{record.epochs_done} of {record.epochs} epochs, best {best_text(record)}")
-
-    def _followed_events(self, events: list[Event]) -> None:
-        for event in events:
-            self.curves.handle_event(event)
-
-    def _stop_following(self) -> None:
-        if self.follower is not None and self.follower.following:
-            self.follower.stop()
-            self.curves.stop_updates()
-
-    def _interrupted_found(self, records: list[RunRecord]) -> None:
-        self.runs_panel.refresh()
-        for record in records:
-            self.log.append_message(record.message or f"Run {record.name} was interrupted.")
-        if records:
-            self.resume_offer.offer(records + self.resume_offer.records)
-            self._update_actions()
-
-    def _check_stale_runs(self, records: list[RunRecord]) -> None:
-        """A run marked running whose worker is gone (its app was killed after this one
-        started): reconcile again, so it is shown, and offered, as interrupted."""
-        if (self.reconciler is None or self.reconciler.is_running()
-                or self.controller.is_running()):
-            return
-        if any(r.status is StoreState.RUNNING and not is_live(r.run_dir) for r in records):
-            self.reconciler.start()
-
-    def _runs_deleted(self, records: list[RunRecord]) -> None:
-        folders = {r.run_dir for r in records}
-        if self.last_run is not None and self.last_run.path in folders:
-            self.last_run = None
-        self.resume_offer.forget({r.id for r in records})
-        self._update_actions()
 
     # -- export --------------------------------------------------------------
     def _export_source(self) -> Path | None:
@@ -549,8 +470,5 @@ class MainWindow(ToolDialogs, QMainWindow):
         self.runs_panel.shutdown()
         self.queue_panel.shutdown()
         self.close_dialogs()
-        if self.reconciler is not None:
-            self.reconciler.wait(10.0)
-        if self._owns_store and self.store is not None:
-            self.store.close()
+        self._close_store()
         event.accept()

@@ -10,18 +10,20 @@ named for it (`about_dialog`, ...), None while closed.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtWidgets import QDialog
 
 from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig
 from mgpu_gui.core.devices.nvml import GpuInventory
-from mgpu_gui.core.errors import UserError
-from mgpu_gui.gui.dialogs.about import AboutDialog
-from mgpu_gui.gui.dialogs.batch_finder import BatchFinderDialog
-from mgpu_gui.gui.dialogs.cluster import ClusterDialog
-from mgpu_gui.gui.dialogs.doctor import DoctorDialog
-from mgpu_gui.gui.dialogs.scaling import ScalingDialog
+
+# Each dialog's module loads when it first opens: the first window paints sooner.
+if TYPE_CHECKING:
+    from mgpu_gui.gui.dialogs.about import AboutDialog
+    from mgpu_gui.gui.dialogs.batch_finder import BatchFinderDialog
+    from mgpu_gui.gui.dialogs.cluster import ClusterDialog
+    from mgpu_gui.gui.dialogs.doctor import DoctorDialog
+    from mgpu_gui.gui.dialogs.scaling import ScalingDialog
 
 DIALOGS = ("about_dialog", "doctor_dialog", "scaling_dialog", "batch_dialog", "cluster_dialog")
 
@@ -43,6 +45,8 @@ class ToolDialogs:
     def show_about(self) -> AboutDialog:
         """Versions, TensorFlow's asked in a child process; opens at once."""
         def make() -> AboutDialog:
+            from mgpu_gui.gui.dialogs.about import AboutDialog
+
             dialog = AboutDialog(self.telemetry.inventory, self)
             dialog.check_setup_requested.connect(self.check_setup)
             return dialog
@@ -51,11 +55,15 @@ class ToolDialogs:
 
     def check_setup(self) -> DoctorDialog:
         """The doctor's findings ("Check my setup…"); TensorFlow asked in a child process."""
+        from mgpu_gui.gui.dialogs.doctor import DoctorDialog
+
         return self._show_dialog(
             "doctor_dialog", lambda: DoctorDialog(self.telemetry.inventory, self), fresh=False)
 
     def show_scaling_test(self) -> ScalingDialog:
         """The scaling test for the current model, data and devices."""
+        from mgpu_gui.gui.dialogs.scaling import ScalingDialog
+
         return self._show_dialog(
             "scaling_dialog", lambda: ScalingDialog(self, self._current_config()), fresh=True)
 
@@ -63,6 +71,8 @@ class ToolDialogs:
         """The batch-size finder for the current model, data and devices; "Use N per GPU"
         sets the run setup's batch."""
         def make() -> BatchFinderDialog:
+            from mgpu_gui.gui.dialogs.batch_finder import BatchFinderDialog
+
             dialog = BatchFinderDialog(self, self._current_config())
             dialog.use_batch.connect(self.run_setup.batch_spin.setValue)
             return dialog
@@ -77,6 +87,8 @@ class ToolDialogs:
             config = config.replace(devices=DeviceSelection(kind=DeviceKind.CPU))
 
         def make() -> ClusterDialog:
+            from mgpu_gui.gui.dialogs.cluster import ClusterDialog
+
             dialog = ClusterDialog(config, self)
             dialog.accepted.connect(lambda: self._start_chief(dialog))
             return dialog
@@ -86,14 +98,10 @@ class ToolDialogs:
     def _start_chief(self, dialog: ClusterDialog) -> None:
         if self.controller.is_running() or dialog.spec is None:
             return
-        self.banner.clear()
-        try:
-            self.controller.start_cluster(dialog.config, dialog.spec, resume=dialog.resume)
-        except UserError as error:
-            self.banner.show_error(str(error))
-            return
+        self.banner.clear()  # a refusal comes back to the window's `_start_refused`
+        self.controller.start_cluster(dialog.config, dialog.spec, resume=dialog.resume)
         self.log.append_message(
-            "Started as the chief of a multi-worker run; on each other machine run:\n"
+            "Starting as the chief of a multi-worker run; on each other machine run:\n"
             + dialog.commands.toPlainText())
 
     def _current_config(self) -> RunConfig:

@@ -4,6 +4,10 @@ The worker is a child process (TensorFlow never loads in the GUI process); a
 reader object living in a QThread blocks on the worker's event pipe and
 re-emits each event, in order, as a queued signal to the GUI thread.
 
+Starting is asynchronous: the run is prepared (GPUs listed, claims, preflight, the
+run folder) by a `RunPreparer` in a thread of its own, then the worker starts from
+the GUI thread; a refusal comes back as `refused`.
+
 With a run store, every run it starts or resumes is recorded there: the worker
 supervisor writes the events on a connection of its own, in the reader thread.
 """
@@ -16,25 +20,15 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 
-from mgpu_gui.core.children.supervisor import (
-    PreparedRun,
-    RunOutcome,
-    WorkerProcess,
-    prepare_resume,
-    prepare_run,
-)
+from mgpu_gui.core.children.supervisor import PreparedRun, RunOutcome, WorkerProcess
 from mgpu_gui.core.config import RunConfig
-from mgpu_gui.core.devices.nvml import query_inventory
 from mgpu_gui.core.errors import UserError
-from mgpu_gui.core.runs.cluster import (
-    ClusterSpec,
-    check_port_free,
-    one_replica_per_cpu_worker,
-    write_cluster,
-)
+from mgpu_gui.core.events import RunStatus
+from mgpu_gui.core.runs.cluster import ClusterSpec
 from mgpu_gui.core.runs.folder import RunDir
 from mgpu_gui.core.runs.store import RunState as StoreState
 from mgpu_gui.core.runs.store import RunStore
+from mgpu_gui.gui.jobs.run_start import RunPreparer, StartKind, StartRequest
 
 STOP_TIMEOUT_MS = 30_000  # a graceful stop ends at the next batch; after this, kill
 # Training is background work: on a saturated CPU (CPU replicas, heavy input pipelines)
@@ -44,6 +38,7 @@ WORKER_NICE = 10
 
 class RunState(StrEnum):
     IDLE = "idle"
+    PREPARING = "preparing"  # off the GUI thread: GPUs, claims, preflight, the run folder
     RUNNING = "running"
     STOPPING = "stopping"
 
@@ -72,6 +67,7 @@ class RunController(QObject):
     event = Signal(object)  # a core Event, in order, on the GUI thread
     output = Signal(str)  # a line the worker printed (Keras, TensorFlow, user code)
     started = Signal(object)  # PreparedRun
+    refused = Signal(object, object)  # StartRequest, UserError: nothing started
     finished = Signal(object)  # RunOutcome
     state_changed = Signal(str)  # RunState
 
@@ -81,56 +77,59 @@ class RunController(QObject):
         history). Its owner closes it."""
         super().__init__(parent)
         self.stop_timeout_ms = stop_timeout_ms
-        self.store = store
         self.state = RunState.IDLE
         self.run: PreparedRun | None = None
         self._worker: WorkerProcess | None = None
         self._thread: QThread | None = None
         self._reader: _EventReader | None = None
+        self._preparer = RunPreparer(store, self)
+        self._preparer.prepared.connect(self._launch)
+        self._preparer.refused.connect(self._refused)
+        self._preparer.cancelled.connect(self._cancelled)
         self._kill_timer = QTimer(self)
         self._kill_timer.setSingleShot(True)
         self._kill_timer.timeout.connect(self._kill)
+
+    @property
+    def store(self) -> RunStore | None:
+        return self._preparer.store
+
+    @store.setter
+    def store(self, store: RunStore | None) -> None:
+        self._preparer.store = store
 
     @property
     def worker_pid(self) -> int | None:
         return self._worker.pid if self._worker else None
 
     def is_running(self) -> bool:
+        """Preparing, running or stopping: no other run may start."""
         return self.state is not RunState.IDLE
 
-    def start(self, config: RunConfig, *, allow_busy: bool = False) -> PreparedRun:
-        """Check and start a run; a UserError (bad input, devices in use) is raised before
-        anything starts."""
-        if self.is_running():
-            raise RuntimeError("a run is already in progress")
-        return self._launch(prepare_run(config, store=self.store, allow_busy=allow_busy))
+    def start(self, config: RunConfig, *, allow_busy: bool = False) -> None:
+        """Prepare and start a run: `started`, or `refused` with the UserError (bad input,
+        devices in use) when nothing started."""
+        self.prepare(StartRequest(StartKind.TRAIN, config, allow_busy=allow_busy))
 
     def start_cluster(self, config: RunConfig, spec: ClusterSpec, *,
-                      resume: RunDir | None = None) -> PreparedRun:
+                      resume: RunDir | None = None) -> None:
         """Start this machine as the chief of a multi-worker run (or resume one); the
-        other workers join with `mgpu-train worker`. UserErrors as for `start`."""
-        if self.is_running():
-            raise RuntimeError("a run is already in progress")
-        inventory = query_inventory()
-        check_port_free(spec.port)
-        if resume is not None:
-            run = prepare_resume(resume.path, inventory, self.store)
-        else:
-            run = prepare_run(one_replica_per_cpu_worker(config, inventory), inventory,
-                              self.store)
-        try:
-            write_cluster(run.run_dir, spec)
-        except BaseException:
-            run.release()
-            raise
-        return self._launch(run)
+        other workers join with `mgpu-train worker`. Signals as for `start`."""
+        self.prepare(StartRequest(StartKind.CHIEF, config, spec=spec,
+                                  run_folder=resume.path if resume is not None else None))
 
-    def resume(self, run: int | str | Path) -> PreparedRun:
+    def resume(self, run: int | str | Path) -> None:
         """Continue a stopped, failed or interrupted run (a store id, or its folder) from its
-        last complete epoch; a UserError says why it cannot be resumed."""
+        last complete epoch. An unknown id raises its UserError at once; what the folder
+        says comes back as `refused`."""
+        self.prepare(StartRequest(StartKind.RESUME, run_folder=self._run_folder(run)))
+
+    def prepare(self, request: StartRequest) -> None:
+        """Start what `request` asks (a refused request again, when the user agreed)."""
         if self.is_running():
             raise RuntimeError("a run is already in progress")
-        return self._launch(prepare_resume(self._run_folder(run), store=self.store))
+        self._preparer.start(request)
+        self._set_state(RunState.PREPARING)
 
     def _run_folder(self, run: int | str | Path) -> Path:
         if isinstance(run, int) or (isinstance(run, str) and run.isdigit()):
@@ -140,18 +139,21 @@ class RunController(QObject):
             return self.store.get(int(run)).run_dir
         return Path(run)
 
-    def _launch(self, run: PreparedRun) -> PreparedRun:
+    @Slot(object)
+    def _launch(self, run: PreparedRun) -> None:
         try:
             worker = WorkerProcess(run, on_output=self.output.emit,  # emitted from a pump thread
                                    nice=WORKER_NICE, store=self.store)
             worker.start()
-        except BaseException as error:
+        except Exception as error:  # said as the run's failure
             run.release()  # the run never started: it must not look live
+            message = f"The training process could not start: {error}"
             if self.store is not None and run.run_id is not None:
                 with contextlib.suppress(Exception):  # the history must not hide the error
-                    self.store.set_status(run.run_id, StoreState.FAILED,
-                                          f"The training process could not start: {error}")
-            raise
+                    self.store.set_status(run.run_id, StoreState.FAILED, message)
+            self._set_state(RunState.IDLE)
+            self.finished.emit(RunOutcome(RunStatus.FAILED, message))
+            return
         thread = QThread(self)
         reader = _EventReader(worker)
         reader.moveToThread(thread)
@@ -163,10 +165,24 @@ class RunController(QObject):
         thread.start()
         self._set_state(RunState.RUNNING)
         self.started.emit(run)
-        return run
+
+    @Slot(object, object)
+    def _refused(self, request: StartRequest, error: UserError) -> None:
+        self._set_state(RunState.IDLE)  # first: the receiver may start it again
+        self.refused.emit(request, error)
+
+    @Slot()
+    def _cancelled(self) -> None:
+        self._set_state(RunState.IDLE)
+        self.finished.emit(RunOutcome(RunStatus.STOPPED, "Stopped before it started."))
 
     def stop(self) -> None:
-        """Graceful stop at the next batch boundary; a hard kill after the timeout."""
+        """Graceful stop at the next batch boundary; a hard kill after the timeout. A run
+        still being prepared is discarded when its preparation ends."""
+        if self.state is RunState.PREPARING:
+            self._preparer.cancel()
+            self._set_state(RunState.STOPPING)
+            return
         if self.state is not RunState.RUNNING or self._worker is None:
             return
         self._worker.request_stop()
@@ -175,7 +191,8 @@ class RunController(QObject):
 
     def wait(self, timeout_ms: int) -> bool:
         """Block until the supervising thread ended (tests, and quitting the app)."""
-        return self._thread is None or self._thread.wait(timeout_ms)
+        return self._preparer.wait(timeout_ms) and (
+            self._thread is None or self._thread.wait(timeout_ms))
 
     @Slot()
     def _kill(self) -> None:
