@@ -223,7 +223,7 @@ def test_report_lists_facts_and_what_to_do():
 
 
 def test_tensorflow_is_asked_in_a_child_on_this_machine():
-    from mgpu_gui.engine.tf_facts import ask_tensorflow
+    from mgpu_gui.core.tools.tf_facts import ask_tensorflow
 
     facts = ask_tensorflow()
     assert facts.error is None, facts.error
@@ -241,7 +241,7 @@ def test_cli_doctor_json_and_exit_code(monkeypatch, capsys, nvml):
     two_gpus = query_inventory(nvml)  # the fake NVML: 2 H100s, driver 550.54.15
     monkeypatch.setattr("mgpu_gui.core.devices.nvml.query_inventory", lambda: two_gpus)
     for name, code in (("all_fine_two_gpus", 0), ("tensorflow_cpu_package", 1)):
-        monkeypatch.setattr("mgpu_gui.engine.tf_facts.ask_tensorflow",
+        monkeypatch.setattr("mgpu_gui.core.tools.tf_facts.ask_tensorflow",
                             lambda name=name: load(name).tf)
         assert cli.main(["doctor", "--json"]) == code
         out = json.loads(capsys.readouterr().out)

@@ -169,9 +169,13 @@ def bundle_entry():
 
 
 def test_bundle_entry_runs_a_child_module_and_traces_it(bundle_entry, monkeypatch, tmp_path):
+    from enum import StrEnum
+
     from mgpu_gui.core.children import launch
 
     monkeypatch.setattr(sys, "frozen", True, raising=False)
+    # The bundle runs registry entries only: register the test's child for this test.
+    monkeypatch.setattr(launch, "Child", StrEnum("Child", {"TEST": "child_for_bundle"}))
     trace = tmp_path / "trace.jsonl"
     monkeypatch.setenv(bundle_entry.TRACE_ENV, str(trace))
     (tmp_path / "child_for_bundle.py").write_text(

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mgpu_gui.core.config import RunConfig
-from mgpu_gui.processes.model_probe import MODULE, probe_command
+from mgpu_gui.core.tools.model_probe import probe_command
 
 BUILDER = """
 import keras
@@ -33,8 +33,8 @@ def run_probe(tmp_path: Path, config: RunConfig) -> tuple[subprocess.CompletedPr
 
 def test_probe_command_runs_the_module_with_this_python(tmp_path):
     argv = probe_command(tmp_path / "c.json", tmp_path / "r.json")
-    assert argv == [sys.executable, "-m", MODULE, str(tmp_path / "c.json"),
-                    str(tmp_path / "r.json")]
+    assert argv == [sys.executable, "-m", "mgpu_gui.processes.model_probe",
+                    str(tmp_path / "c.json"), str(tmp_path / "r.json")]
 
 
 def test_unreadable_config_is_reported_in_the_result(tmp_path):

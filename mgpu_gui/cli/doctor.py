@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mgpu_gui.engine.tf_facts import ask_tensorflow  # runs TensorFlow in a child
+    from mgpu_gui.core.tools.tf_facts import ask_tensorflow  # runs TensorFlow in a child
 
     if not args.json:
         print("Asking NVIDIA's driver and TensorFlow (TensorFlow starts in a child process, "

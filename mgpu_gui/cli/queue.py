@@ -18,12 +18,12 @@ from mgpu_gui.cli.common import (
     config_from_args,
     open_store,
 )
+from mgpu_gui.core.children.queue_runner import ensure_runner
 from mgpu_gui.core.devices.nvml import query_inventory
 from mgpu_gui.core.runs.queue import (
     JobQueue,
     QueuedJob,
     config_summary,
-    ensure_runner,
     job_json,
     runner_log_path,
     runner_pid,

@@ -1,11 +1,8 @@
-"""What TensorFlow says about this machine, asked in a child process.
+"""What TensorFlow says about this machine: gathered in the facts child.
 
-    python -m mgpu_gui.engine.tf_facts        # prints one JSON object on stdout
-
-The About dialog, "Check my setup…" and `mgpu-train doctor` run this as a
-child (`tf_facts_command()`): the GUI process never imports TensorFlow, and a
-TensorFlow that aborts while probing CUDA takes only this child down. The
-result is the `TfFacts` of `mgpu_gui.core.tools.doctor` as JSON: versions, what the
+The child is `mgpu_gui.processes.tf_facts`; the parent's side (its command,
+reading its answer) is `mgpu_gui.core.tools.tf_facts`. `gather()` returns the
+`TfFacts` of `mgpu_gui.core.tools.doctor` as a dict: versions, what the
 build was made with (`tf.sysconfig.get_build_info()`), the GPUs TensorFlow
 lists, whether NCCL can be used, and the CUDA driver version as the driver's
 own `libcuda` reports it (the library TensorFlow loads).
@@ -19,8 +16,8 @@ What can be known without a GPU, and how:
   version (`ncclGetVersion`). Whether an all-reduce across GPUs works needs
   two GPUs; that is not tried here.
 
-TensorFlow is imported inside `gather()` only, so importing this module (for
-`tf_facts_command`) stays instant and Qt processes stay TensorFlow-free.
+TensorFlow is imported inside `gather()` only; `engine.strategy` asks
+`nccl_library` too.
 """
 
 from __future__ import annotations
@@ -29,43 +26,12 @@ import contextlib
 import ctypes
 import importlib.metadata
 import importlib.util
-import json
 import os
 import platform
 import re
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
-
-from mgpu_gui.core.children.launch import module_command
-
-MODULE = "mgpu_gui.engine.tf_facts"
-# TensorFlow log lines worth showing a user who asks why a GPU is not used.
-_RELEVANT = re.compile(r"dlopen|cuInit|cuda|CUDA|GPU|gpu|NCCL|nccl|driver|Ignoring visible")
-_GLOG_PREFIX = re.compile(r"^[IWEF]\d{4} [\d:.]+\s+\d+ [\w.]+:\d+\] ")  # "W0000 00:00:… x.cc:52] "
-MAX_MESSAGES = 12
-
-
-def tf_facts_command() -> list[str]:
-    """The argv that prints this machine's TensorFlow facts as JSON (program first)."""
-    return module_command(MODULE)
-
-
-def ask_tensorflow(timeout_s: float = 180.0, env: dict[str, str] | None = None) -> Any:
-    """Run the facts child and parse its answer: a `doctor.TfFacts` (for the CLI; the GUI
-    runs the same command with QProcess). Never raises for what the child does."""
-    from mgpu_gui.core.tools.doctor import TfFacts
-
-    try:
-        done = subprocess.run(tf_facts_command(), capture_output=True, text=True,
-                              timeout=timeout_s, env=env)
-    except subprocess.TimeoutExpired:
-        return TfFacts(error=f"the TensorFlow check did not answer within {timeout_s:.0f} s")
-    except OSError as exc:
-        return TfFacts(error=f"the TensorFlow check could not start: {exc}")
-    return TfFacts.from_output(done.stdout, done.returncode, done.stderr)
 
 
 def gather() -> dict[str, Any]:
@@ -182,55 +148,3 @@ def nccl_library() -> dict[str, Any]:
             major, minor, patch = code // 1000, code % 1000 // 100, code % 100
         return {"nccl_version": f"{major}.{minor}.{patch}", "nccl_error": None}
     return {"nccl_version": None, "nccl_error": "; ".join(errors[-1:]) or "libnccl.so.2 not found"}
-
-
-def relevant_messages(lines: list[str]) -> list[str]:
-    """TensorFlow's log lines about CUDA, GPUs and NCCL, once each, without the glog prefix."""
-    seen: dict[str, None] = {}
-    for line in lines:
-        if _RELEVANT.search(line):
-            seen.setdefault(_GLOG_PREFIX.sub("", line.strip()), None)
-    return list(seen)[-MAX_MESSAGES:]
-
-
-@contextlib.contextmanager
-def _captured_stderr():
-    """Collect what TensorFlow's C++ side logs on fd 2 (it explains missing GPUs)."""
-    lines: list[str] = []
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as capture:
-        os.dup2(capture.fileno(), 2)
-        try:
-            yield lines
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            capture.seek(0)
-            text = capture.read().decode("utf-8", "replace")
-            lines.extend(text.splitlines())
-
-
-def main() -> int:
-    # Warnings and errors only: TensorFlow says why it skips a GPU at WARNING level.
-    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "1"
-    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # as runs number GPUs
-    real_stdout = sys.stdout
-    sys.stdout = sys.stderr  # whatever TensorFlow or Keras print must not corrupt the JSON
-    try:
-        with _captured_stderr() as logged:
-            try:
-                facts = gather()
-            except Exception as exc:  # a bug here: still answer in JSON
-                facts = {"error": f"checking TensorFlow failed: {type(exc).__name__}: {exc}"}
-    finally:
-        sys.stdout = real_stdout
-    facts["messages"] = relevant_messages(logged)
-    for line in logged:  # still visible to whoever runs this by hand
-        print(line, file=sys.stderr)
-    print(json.dumps(facts))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,42 +1,27 @@
-"""A short-lived child process for the checks that need TensorFlow.
+"""Child entry for the checks that need TensorFlow: build the run's model, on the CPU.
 
     python -m mgpu_gui.processes.model_probe CONFIG_JSON_PATH RESULT_JSON_PATH
 
 It loads or builds the run's model the way training does (same `load_model`,
 same input shape and class count from the data), but under the default
-strategy on the CPU, and writes what it found to RESULT_JSON_PATH:
-
-    {"ok": true, "summary": ..., "params": ..., "input_shape": [...],
-     "output_units": ..., "log": [...]}
-    {"ok": false, "message": ..., "error_type": ..., "traceback": ..., "log": [...]}
-
-The result goes to a file, not stdout, because user code (a `.py` builder)
-and TensorFlow print freely; stdout is sent to stderr so nothing the user's
-code prints can be mistaken for a result. The GUI runs this with QProcess and
-never imports TensorFlow itself. TensorFlow is imported inside `probe()` only,
-so importing this module (for `probe_command`) stays instant.
+strategy on the CPU, and writes what it found to RESULT_JSON_PATH (the format
+and the parent's side: `mgpu_gui.core.tools.model_probe`). The result goes to
+a file, not stdout, because user code (a `.py` builder) and TensorFlow print
+freely; stdout is sent to stderr so nothing the user's code prints can be
+mistaken for a result. TensorFlow is imported inside `probe()` only.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import traceback
 from pathlib import Path
 from typing import Any
 
-from mgpu_gui.core.children.launch import module_command
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.errors import UserError
-
-MODULE = "mgpu_gui.processes.model_probe"
-
-
-def probe_command(config_path: str | os.PathLike[str],
-                  result_path: str | os.PathLike[str]) -> list[str]:
-    """The argv that probes the RunConfig saved at `config_path` (program first)."""
-    return module_command(MODULE, str(config_path), str(result_path))
+from mgpu_gui.core.tools.model_probe import write_result
 
 
 def probe(config: RunConfig) -> dict[str, Any]:
@@ -87,17 +72,11 @@ def _failure(message: str, exc: BaseException, lines: list[str]) -> dict[str, An
     }
 
 
-def write_result(path: Path, result: dict[str, Any]) -> None:
-    """Write atomically, so a reader never sees half a result."""
-    tmp = path.with_name(path.name + ".part")
-    tmp.write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:
-        print(f"usage: python -m {MODULE} CONFIG_JSON_PATH RESULT_JSON_PATH", file=sys.stderr)
+        print("usage: python -m mgpu_gui.processes.model_probe CONFIG_JSON_PATH "
+              "RESULT_JSON_PATH", file=sys.stderr)
         return 2
     os.environ["CUDA_VISIBLE_DEVICES"] = ""  # before TensorFlow is imported: CPU only
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

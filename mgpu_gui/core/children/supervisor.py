@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mgpu_gui.core.children.launch import module_command
+from mgpu_gui.core.children.launch import Child, module_command
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.devices.nvml import GpuInventory, query_inventory
 from mgpu_gui.core.devices.plan import DevicePlan, plan_devices
@@ -156,7 +156,7 @@ def prepare_resume(run_folder: Path, inventory: GpuInventory | None = None,
 def worker_command(run_dir: RunDir, events_fd: int, control_fd: int, lock_fd: int | None = None,
                    nice: int = 0) -> list[str]:
     return module_command(
-        "mgpu_gui.processes.training_worker", str(run_dir.path),
+        Child.TRAINING_WORKER, str(run_dir.path),
         "--events-fd", str(events_fd), "--control-fd", str(control_fd),
         *(["--lock-fd", str(lock_fd)] if lock_fd is not None else []),
         *(["--nice", str(nice)] if nice else []))

@@ -2,8 +2,9 @@
 
 Jobs live in the run store, so the queue outlives any app window and is shared
 by the GUI and `mgpu-train queue`. One queue runner per store (a process of its
-own, see `mgpu_gui.processes.queue_runner`) starts a job once its devices are free and
-supervises its run; a job then is a run like any other.
+own, `mgpu_gui.processes.queue_runner`, started by `core.children.queue_runner`)
+starts a job once its devices are free and supervises its run; a job then is a
+run like any other.
 
 The order is first come, first served per device: a job that waits for named
 GPUs keeps later jobs off them, so it cannot starve; a later job whose devices
@@ -16,14 +17,12 @@ import dataclasses
 import fcntl
 import json
 import os
-import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from mgpu_gui.core.children.launch import module_command
 from mgpu_gui.core.config import DeviceKind, RunConfig
 from mgpu_gui.core.devices.nvml import GpuInventory
 from mgpu_gui.core.devices.plan import DevicePlan
@@ -274,24 +273,6 @@ def runner_pid(store_path: Path) -> int | None:
     finally:
         os.close(fd)  # also drops the shared lock, if it was had
     return None
-
-
-def ensure_runner(store_path: Path) -> bool:
-    """Start the store's queue runner unless one runs; True if one was started.
-
-    It is a process of its own (a session of its own, output to a log next to
-    the store), so the queue goes on when the window or terminal closes. A shell
-    starts it in the background and exits, so it is no child of ours: nobody
-    here has to reap it when it ends.
-    """
-    if runner_pid(store_path) is not None:
-        return False
-    command = module_command("mgpu_gui.processes.queue_runner", "--store", str(store_path))
-    with open(runner_log_path(store_path), "a", encoding="utf-8") as log:
-        subprocess.run(["/bin/sh", "-c", '"$@" &', "mgpu-gui-queue", *command],
-                       stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                       start_new_session=True, close_fds=True, check=True)
-    return True
 
 
 def config_summary(config: RunConfig) -> str:

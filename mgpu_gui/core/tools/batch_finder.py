@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mgpu_gui.core.children.launch import module_command
+from mgpu_gui.core.children.launch import Child, module_command
 from mgpu_gui.core.children.runner import ChildProcesses, died_text
 from mgpu_gui.core.config import DEMO, DeviceKind, DeviceSelection, RunConfig
 from mgpu_gui.core.devices.nvml import GpuInventory, query_inventory
@@ -144,7 +144,7 @@ def available_memory(meminfo: Path = MEMINFO) -> int | None:
 
 
 def worker_command(events_fd: int) -> list[str]:
-    return module_command("mgpu_gui.processes.batch_probe", "--events-fd", str(events_fd))
+    return module_command(Child.BATCH_PROBE, "--events-fd", str(events_fd))
 
 
 class BatchFinder:

@@ -3,7 +3,7 @@ what to fix when they disagree.
 
 Gathering the facts is the callers' business: NVML is asked in the calling
 process (`core.devices`, no TensorFlow), TensorFlow in a child process
-(`core.tf_facts`). Everything here is a pure function of those facts, so each
+(`core.tools.tf_facts`). Everything here is a pure function of those facts, so each
 situation (no driver, CPU-only TensorFlow on a GPU machine, MIG, an old
 driver, NCCL missing, ...) is tested with facts recorded as JSON.
 
@@ -95,7 +95,7 @@ class TfGpu:
 
 @dataclass(frozen=True)
 class TfFacts:
-    """What TensorFlow says, from `python -m mgpu_gui.engine.tf_facts` (see there)."""
+    """What TensorFlow says, from the facts child (`core.tools.tf_facts`)."""
 
     error: str | None = None  # TensorFlow could not be asked; then little else is known
     tensorflow_version: str | None = None

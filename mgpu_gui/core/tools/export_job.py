@@ -18,7 +18,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from mgpu_gui.core.children.launch import module_command
+from mgpu_gui.core.children.launch import Child, module_command
 from mgpu_gui.core.children.runner import ChildProcesses, died_text
 from mgpu_gui.core.events import ExportDone, ExportFailed, LogMessage, parse_event
 
@@ -53,7 +53,7 @@ class ExportRequest:
 
 
 def export_command(events_fd: int) -> list[str]:
-    return module_command("mgpu_gui.processes.export", "--events-fd", str(events_fd))
+    return module_command(Child.EXPORT, "--events-fd", str(events_fd))
 
 
 def done_line(mode: ExportMode, done: ExportDone) -> str:

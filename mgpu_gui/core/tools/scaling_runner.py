@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mgpu_gui.core.children.launch import module_command
+from mgpu_gui.core.children.launch import Child, module_command
 from mgpu_gui.core.children.runner import ChildProcesses, died_text
 from mgpu_gui.core.config import DEMO, DeviceKind, DeviceSelection, RunConfig
 from mgpu_gui.core.devices.nvml import GpuInventory, query_inventory
@@ -167,7 +167,7 @@ def _count_plan(full: DevicePlan, k: int, inventory: GpuInventory) -> DevicePlan
 
 
 def worker_command(events_fd: int) -> list[str]:
-    return module_command("mgpu_gui.processes.scaling_worker", "--events-fd", str(events_fd))
+    return module_command(Child.SCALING_WORKER, "--events-fd", str(events_fd))
 
 
 class ScaleRunner:

@@ -7,7 +7,6 @@ result to a file, so user code printing to stdout cannot corrupt it.
 
 from __future__ import annotations
 
-import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, Signal
 
 from mgpu_gui.core.config import RunConfig
-from mgpu_gui.processes.model_probe import probe_command
+from mgpu_gui.core.tools.model_probe import probe_command, read_result
 
 
 class ModelProbe(QObject):
@@ -116,14 +115,5 @@ class ModelProbe(QObject):
         self.finished.emit(result)
 
     def _load_result(self, exit_code: int) -> dict[str, Any]:
-        path = self._result_path
-        try:
-            assert path is not None
-            result = json.loads(path.read_text(encoding="utf-8"))
-            path.unlink(missing_ok=True)
-            return result
-        except (OSError, ValueError, AssertionError):
-            tail = self._output.decode("utf-8", "replace").strip().splitlines()[-3:]
-            return {"ok": False, "error_type": "ProbeCrashed",
-                    "message": f"The model check stopped unexpectedly (exit code {exit_code})"
-                               + (": " + " / ".join(tail) if tail else ".")}
+        return read_result(self._result_path, exit_code,
+                           self._output.decode("utf-8", "replace"))

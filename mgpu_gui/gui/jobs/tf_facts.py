@@ -1,6 +1,6 @@
 """Asks TensorFlow about this machine in a child process, for the About and doctor dialogs.
 
-`python -m mgpu_gui.engine.tf_facts` imports TensorFlow (a few seconds), lists
+`python -m mgpu_gui.processes.tf_facts` imports TensorFlow (a few seconds), lists
 what it sees and prints one JSON line; this QObject runs it with QProcess, so
 the window never waits and never imports TensorFlow itself.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from PySide6.QtCore import QObject, QProcess, Signal
 
 from mgpu_gui.core.tools.doctor import TfFacts
-from mgpu_gui.engine.tf_facts import tf_facts_command
+from mgpu_gui.core.tools.tf_facts import tf_facts_command
 
 STDERR_TAIL = 4000
 

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from mgpu_gui.core.children.queue_runner import ensure_runner
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.devices.nvml import GpuInventory
 from mgpu_gui.core.errors import UserError
@@ -30,7 +31,6 @@ from mgpu_gui.core.runs.queue import (
     JobState,
     QueuedJob,
     config_summary,
-    ensure_runner,
     runner_pid,
 )
 from mgpu_gui.core.runs.store import RunStore

@@ -1,0 +1,78 @@
+"""Child entry: print what TensorFlow says about this machine, as one JSON object.
+
+    python -m mgpu_gui.processes.tf_facts        # prints one JSON object on stdout
+
+Started by `mgpu_gui.core.tools.tf_facts` (the About dialog, "Check my
+setup…", `mgpu-train doctor`); the facts are gathered by
+`mgpu_gui.engine.tf_facts.gather`. Whatever TensorFlow or Keras print goes to
+stderr, so stdout holds only the JSON; TensorFlow's own log lines about CUDA,
+GPUs and NCCL are added to it as `messages` (they explain a missing GPU).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import sys
+import tempfile
+
+from mgpu_gui.engine.tf_facts import gather
+
+# TensorFlow log lines worth showing a user who asks why a GPU is not used.
+_RELEVANT = re.compile(r"dlopen|cuInit|cuda|CUDA|GPU|gpu|NCCL|nccl|driver|Ignoring visible")
+_GLOG_PREFIX = re.compile(r"^[IWEF]\d{4} [\d:.]+\s+\d+ [\w.]+:\d+\] ")  # "W0000 00:00:… x.cc:52] "
+MAX_MESSAGES = 12
+
+
+def relevant_messages(lines: list[str]) -> list[str]:
+    """TensorFlow's log lines about CUDA, GPUs and NCCL, once each, without the glog prefix."""
+    seen: dict[str, None] = {}
+    for line in lines:
+        if _RELEVANT.search(line):
+            seen.setdefault(_GLOG_PREFIX.sub("", line.strip()), None)
+    return list(seen)[-MAX_MESSAGES:]
+
+
+@contextlib.contextmanager
+def _captured_stderr():
+    """Collect what TensorFlow's C++ side logs on fd 2 (it explains missing GPUs)."""
+    lines: list[str] = []
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield lines
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            text = capture.read().decode("utf-8", "replace")
+            lines.extend(text.splitlines())
+
+
+def main() -> int:
+    # Warnings and errors only: TensorFlow says why it skips a GPU at WARNING level.
+    os.environ["TF_CPP_MIN_LOG_LEVEL"] = "1"
+    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # as runs number GPUs
+    real_stdout = sys.stdout
+    sys.stdout = sys.stderr  # whatever TensorFlow or Keras print must not corrupt the JSON
+    try:
+        with _captured_stderr() as logged:
+            try:
+                facts = gather()
+            except Exception as exc:  # a bug here: still answer in JSON
+                facts = {"error": f"checking TensorFlow failed: {type(exc).__name__}: {exc}"}
+    finally:
+        sys.stdout = real_stdout
+    facts["messages"] = relevant_messages(logged)
+    for line in logged:  # still visible to whoever runs this by hand
+        print(line, file=sys.stderr)
+    print(json.dumps(facts))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
