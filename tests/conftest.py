@@ -17,8 +17,8 @@ os.environ["CUDA_VISIBLE_DEVICES"] = ""  # tests must behave the same with or wi
 
 @pytest.fixture
 def nvml():
-    """A fake `pynvml` module with two GPUs (see fake_nvml.py)."""
-    from tests.fake_nvml import fake_nvml
+    """A fake `pynvml` module with two GPUs (see mgpu_gui/testing/fake_pynvml.py)."""
+    from mgpu_gui.testing.fake_pynvml import fake_nvml
 
     return fake_nvml()
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import ctypes.util
+import importlib
 import json
+import os
+import subprocess
 import sys
 import threading
 
@@ -11,17 +14,20 @@ import pytest
 
 from mgpu_gui.core.config import DeviceKind, DeviceSelection
 from mgpu_gui.core.devices.nvml import (
+    FAKE_GPUS_VAR,
     GpuInfo,
     GpuInventory,
     MigInstance,
     NvmlSession,
     NvmlState,
+    default_session,
     format_inventory,
     query_inventory,
 )
 from mgpu_gui.core.devices.plan import DevicePlan, plan_devices
+from mgpu_gui.core.devices.telemetry import ProcessInfo, take_snapshots
 from mgpu_gui.core.errors import DeviceError
-from tests.fake_nvml import UUID0, UUID1, FakeGpu, GiB, fake_nvml
+from mgpu_gui.testing.fake_pynvml import UUID0, UUID1, FakeGpu, GiB, fake_nvml
 
 MIG_A = "MIG-aaaaaaaa-aaaa-aaaa-aaaa-aaaaaaaaaaaa"
 MIG_B = "MIG-bbbbbbbb-bbbb-bbbb-bbbb-bbbbbbbbbbbb"
@@ -141,11 +147,38 @@ def test_function_missing_from_an_old_pynvml_is_not_available():
 
 
 def test_missing_pynvml_module_is_no_driver():
-    session = NvmlSession(module_name="mgpu_gui_no_such_pynvml")
+    session = NvmlSession(load=lambda: importlib.import_module("mgpu_gui_no_such_pynvml"))
     inv = query_inventory(session)
     assert inv.state is NvmlState.NO_DRIVER
     assert "pynvml module is missing" in inv.message
     assert "training will run on CPU replicas" in inv.message
+
+
+def test_fake_gpus_file_is_the_machine_every_nvml_path_sees(tmp_path, monkeypatch):
+    path = tmp_path / "gpus.json"
+    path.write_text(json.dumps({"gpus": [
+        {"index": 0, "uuid": "GPU-fake-0"},
+        {"index": 1, "uuid": "GPU-fake-1", "name": "Big", "compute_capability": [8, 0],
+         "memory_total": 8 * GiB, "processes": [{"pid": 4242, "used_memory": GiB}]}]}))
+    before = query_inventory()  # this process used NVML without the variable first
+    monkeypatch.setenv(FAKE_GPUS_VAR, str(path))
+    inv = query_inventory()
+    assert inv == query_inventory(default_session()) != before
+    assert (inv.state, inv.driver_version, inv.cuda_driver_version) == (NvmlState.OK, "fake",
+                                                                        "12.4")
+    assert inv.gpus == (GpuInfo(0, "Fake GPU", "GPU-fake-0", None, None, None),
+                        GpuInfo(1, "Big", "GPU-fake-1", None, 8 * GiB, (8, 0)))
+    (busy,) = take_snapshots(default_session(), inv.gpus[1:])
+    assert busy.processes == (ProcessInfo(4242, GiB),) and busy.memory_used == GiB
+
+
+def test_the_testing_package_loads_only_when_fake_gpus_are_asked_for():
+    code = ("import sys; from mgpu_gui.core.devices.nvml import query_inventory; "
+            "query_inventory(); print(any(m.startswith('mgpu_gui.testing') for m in sys.modules))")
+    env = {k: v for k, v in os.environ.items() if k != FAKE_GPUS_VAR}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, env=env)
+    assert done.stdout.strip() == "False", done.stderr
 
 
 def test_session_initialises_once_and_shuts_down(monkeypatch):

@@ -13,7 +13,7 @@ from mgpu_gui.core.devices.nvml import NA, NvmlSession, NvmlState, query_invento
 from mgpu_gui.core.devices.plan import plan_devices
 from mgpu_gui.core.devices.telemetry import take_snapshots
 from mgpu_gui.gui.panels.gpus import GpuPanel
-from tests.fake_nvml import UUID0, UUID1, GiB
+from mgpu_gui.testing.fake_pynvml import UUID0, UUID1, GiB
 
 
 @pytest.fixture

@@ -207,7 +207,7 @@ from mgpu_gui.gui.main_window import MainWindow
 from mgpu_gui.gui.widgets.gauges import Meter, Sparkline
 from mgpu_gui.gui.widgets.runs_table import _status_icon
 from mgpu_gui.gui.jobs.telemetry_source import TelemetrySource
-from tests.fake_nvml import fake_nvml
+from mgpu_gui.testing.fake_pynvml import fake_nvml
 from tests.test_native_feel import run_events
 
 app = QApplication([])

@@ -19,14 +19,19 @@ import pytest
 from mgpu_gui.cli import main as cli
 from mgpu_gui.core.children.supervisor import prepare_run
 from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig
-from mgpu_gui.core.devices.nvml import GpuInfo, GpuInventory, NvmlState
+from mgpu_gui.core.devices.nvml import (
+    FAKE_GPUS_VAR,
+    GpuInfo,
+    GpuInventory,
+    NvmlState,
+    query_inventory,
+)
 from mgpu_gui.core.devices.telemetry import ProcessInfo
 from mgpu_gui.core.errors import DeviceError, UserError
 from mgpu_gui.core.runs import claims, storedb
 from mgpu_gui.core.runs.claims import DevicesBusyError
 from mgpu_gui.core.runs.queue import JobQueue, JobState, QueuedJob, runner_pid, schedule
 from mgpu_gui.core.runs.store import RunState, RunStore
-from mgpu_gui.testing import fake_gpus
 from tests.helpers.waiting import wait_for
 
 GiB = 2**30
@@ -156,7 +161,7 @@ def fake_four(tmp_path, monkeypatch) -> Path:
             for i in range(4)]
     gpus[3]["processes"] = [{"pid": 4242, "used_memory": GiB}]
     path.write_text(json.dumps({"gpus": gpus}))
-    monkeypatch.setenv(fake_gpus.ENV_VAR, str(path))
+    monkeypatch.setenv(FAKE_GPUS_VAR, str(path))
     return path
 
 
@@ -174,7 +179,7 @@ def stop_runner():
 def test_adding_asks_before_a_gpu_busy_outside_and_refuses_impossible_devices(fake_four,
                                                                                tmp_path):
     queue = JobQueue(RunStore())
-    inventory = fake_gpus.inventory()
+    inventory = query_inventory()
     config = RunConfig(output_dir=str(tmp_path), devices=DeviceSelection(gpus=("3",)))
     with pytest.raises(DevicesBusyError) as busy:
         queue.add(config, inventory)
@@ -246,7 +251,7 @@ def test_two_queued_runs_on_disjoint_gpus_run_at_once_a_third_waits_across_an_ap
         qtbot, fake_four, tiny_data, tmp_path, stop_runner):
     from mgpu_gui.gui.jobs.telemetry_source import TelemetrySource
     from mgpu_gui.gui.main_window import MainWindow
-    from tests.fake_nvml import FakeGpu, fake_nvml
+    from mgpu_gui.testing.fake_pynvml import FakeGpu, fake_nvml
 
     def window() -> MainWindow:
         nvml = fake_nvml([FakeGpu(uuid=f"GPU-fake-{i}", bus=f"00000000:0{i}:00.0".encode())
@@ -313,7 +318,7 @@ def test_train_on_a_held_gpu_offers_the_queue_and_a_busy_gpu_needs_confirmation(
                         lambda parent, error: asked.append(error.reason) or True)
     monkeypatch.setattr(main_window, "confirm_busy_gpus",
                         lambda parent, error: asked.append(error.reason) or False)
-    win = MainWindow(telemetry=TelemetrySource(inventory=fake_gpus.inventory()))
+    win = MainWindow(telemetry=TelemetrySource(inventory=query_inventory()))
     qtbot.addWidget(win)
     win.run_setup.set_config(RunConfig(epochs=1, output_dir=str(tmp_path / "runs")))
     qtbot.waitUntil(lambda: win.gpu_panel.inventory is not None, timeout=10_000)

@@ -15,7 +15,7 @@ from mgpu_gui.core.devices.telemetry import (
     TelemetryPoller,
     take_snapshots,
 )
-from tests.fake_nvml import H100, UUID0, UUID1, GiB, fake_nvml
+from mgpu_gui.testing.fake_pynvml import H100, UUID0, UUID1, GiB, fake_nvml
 
 MEASUREMENTS = ("utilization_gpu", "memory_used", "memory_total", "memory_busy",
                 "temperature_c", "power_w", "power_limit_w", "fan_percent",

@@ -26,6 +26,7 @@ import json
 import os
 import socket
 import threading
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -134,7 +135,7 @@ def _first_line(error: BaseException) -> str:
 # -- the job ------------------------------------------------------------------------
 def run_cluster_training(config: RunConfig, run_dir: RunDir, plan: DevicePlan, strategy: Any,
                          cross_device_ops: str, sink: EventSink, stop: threading.Event,
-                         spec: ClusterSpec) -> RunStatus:
+                         spec: ClusterSpec, extra_callbacks: Sequence[Any] = ()) -> RunStatus:
     """The run on this worker: agree on the settings, then train like one machine."""
     from mgpu_gui.engine.training import run_training
 
@@ -148,7 +149,7 @@ def run_cluster_training(config: RunConfig, run_dir: RunDir, plan: DevicePlan, s
         everywhere = dataclasses.replace(plan, replicas=strategy.num_replicas_in_sync,
                                          names=names)
         return run_training(config, run_dir, everywhere, strategy, cross_device_ops, sink,
-                            agreed, loop)
+                            agreed, loop, extra_callbacks)
     except Exception as error:
         lost = lost_worker(error, spec, run_dir)
         if lost is None:

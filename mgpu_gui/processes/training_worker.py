@@ -10,25 +10,34 @@ and the worker then stops at the next batch boundary and exits. The device
 environment is applied before TensorFlow is imported. The run's lock (inherited
 as `L` from the supervisor, else taken here) is held until the process ends:
 it tells every app instance that this run is live.
+
+This entry is also the test hooks' selection point: fake GPUs
+(MGPU_GUI_FAKE_GPUS) train on as many CPU replicas, and an injected fault
+(MGPU_GUI_FAULT) becomes one more callback for the engine; `mgpu_gui.testing`
+is imported only when one of them is set.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import signal
 import sys
 import threading
 import traceback
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
+from mgpu_gui.core.config import DeviceKind
+from mgpu_gui.core.devices.nvml import FAKE_GPUS_VAR
 from mgpu_gui.core.devices.plan import DevicePlan
 from mgpu_gui.core.errors import ExportError, UserError
 from mgpu_gui.core.events import (
     EpochEnd,
     Event,
+    LogMessage,
     Phase,
     RunFailed,
     RunFinished,
@@ -38,10 +47,10 @@ from mgpu_gui.core.events import (
 from mgpu_gui.core.runs.cluster import ClusterSpec
 from mgpu_gui.core.runs.folder import RunDir
 from mgpu_gui.core.runs.lock import RunBusyError, RunLock
-from mgpu_gui.testing import fake_gpus
 
 PARENT_GONE_GRACE_S = 10.0  # after the supervisor dies: time to stop cleanly, then exit hard
 EXIT_FAILED = 1
+FAULT_VAR = "MGPU_GUI_FAULT"  # test-only fault injection (mgpu_gui.testing.faults)
 
 
 class EventChannel:
@@ -99,20 +108,21 @@ def listen_for_stop(control_fd: int | None, stop: threading.Event) -> None:
 
 def run_job(run_dir: RunDir, plan: DevicePlan, strategy, cross_device_ops: str,
             channel: EventChannel, stop: threading.Event, cluster: ClusterSpec | None = None,
-            ) -> int:
+            extra_callbacks: list[Any] | None = None) -> int:
     """Run one job and report any failure as an event; returns the process exit code."""
+    extra = extra_callbacks or []
     try:
         config = run_dir.read_config()
         if cluster is None:
             from mgpu_gui.engine.training import run_training
 
             status = run_training(config, run_dir, plan, strategy, cross_device_ops, channel,
-                                  stop)
+                                  stop, extra_callbacks=extra)
         else:
             from mgpu_gui.engine.multiworker import run_cluster_training
 
             status = run_cluster_training(config, run_dir, plan, strategy, cross_device_ops,
-                                          channel, stop, cluster)
+                                          channel, stop, cluster, extra_callbacks=extra)
     except Exception as error:  # every failure must reach the user as an event
         channel.emit(failure_event(error, channel.started))
         return EXIT_FAILED
@@ -130,6 +140,36 @@ def failure_event(error: BaseException, started: bool) -> RunFailed:
                    f"and worker.log in the run folder help to report it.")
     return RunFailed(message=message, phase=phase, error_type=type(error).__name__,
                      traceback="".join(traceback.format_exception(error)))
+
+
+def device_plan(run_dir: RunDir) -> DevicePlan:
+    """The run's plan; fake GPUs (test-only, MGPU_GUI_FAKE_GPUS) become as many CPU replicas,
+    so a test trains for real on the devices it faked."""
+    plan = DevicePlan.from_json(run_dir.plan_json.read_text())
+    if not os.environ.get(FAKE_GPUS_VAR) or plan.kind is not DeviceKind.GPU:
+        return plan
+    return dataclasses.replace(
+        plan, kind=DeviceKind.CPU, gpus=(), env={"CUDA_VISIBLE_DEVICES": ""},
+        names=[f"CPU replica {i} (standing in for {name})" for i, name in enumerate(plan.names)])
+
+
+def fault_callbacks(run_dir: RunDir, channel: EventChannel) -> list[Any]:
+    """The test-only fault MGPU_GUI_FAULT asks for, as a Keras callback; none when unset.
+
+    Call once TensorFlow may load (the callback is a Keras one).
+    """
+    spec = os.environ.get(FAULT_VAR, "")
+    if not spec.strip():
+        return []
+    from mgpu_gui.testing import faults
+
+    try:
+        fault = faults.Fault.parse(spec)
+    except faults.FaultSpecError as error:
+        raise UserError(str(error)) from error
+    channel.emit(LogMessage(message=f"Test-only fault injection is on: {FAULT_VAR}={fault}.",
+                            level="warning"))
+    return [faults.fault_callback(fault, run_dir.path)]
 
 
 def lower_priority(increment: int) -> None:
@@ -176,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     listen_for_stop(args.control_fd, stop)
     cluster = None
     try:
-        plan = fake_gpus.as_cpu(DevicePlan.from_json(run_dir.plan_json.read_text()))
+        plan = device_plan(run_dir)
         from mgpu_gui.engine.strategy import apply_device_env, make_strategy
 
         apply_device_env(plan)  # before TensorFlow is imported
@@ -187,11 +227,13 @@ def main(argv: list[str] | None = None) -> int:
             strategy, cross_device_ops = make_cluster_strategy(plan, cluster)
         else:
             strategy, cross_device_ops = make_strategy(plan)
+        extra_callbacks = fault_callbacks(run_dir, channel)
     except Exception as error:
         channel.emit(failure_event(error, started=False))
         channel.close()
         return EXIT_FAILED
-    code = run_job(run_dir, plan, strategy, cross_device_ops, channel, stop, cluster)
+    code = run_job(run_dir, plan, strategy, cross_device_ops, channel, stop, cluster,
+                   extra_callbacks)
     channel.close()
     return code
 

@@ -3,8 +3,9 @@
     MGPU_GUI_FAULT=KIND@EPOCH:STEP     e.g. MGPU_GUI_FAULT=oom@2:3
 
 EPOCH and STEP count from 1 as a user does; the fault happens as that step
-begins. The tests set the variable for the CLI, whose worker inherits it;
-`run_training` adds the callback only when it is set. Never set it otherwise.
+begins. The tests set the variable for the CLI, whose worker inherits it; the
+training worker hands `run_training` the callback only when it is set. Never
+set it otherwise.
 
 Kinds:
 - `oom`: raises `tf.errors.ResourceExhaustedError` worded as TensorFlow's
@@ -18,7 +19,9 @@ Kinds:
   succeed while the next model checkpoint, larger than that, meets ENOSPC: a
   disk filled by something else while training ran.
 
-Parsing is TensorFlow-free; only the callback imports Keras.
+Parsing is TensorFlow-free; only the callback imports Keras. Nothing of the
+app is imported: the training worker, the one place that reads the variable,
+hands the callback to the engine.
 """
 
 from __future__ import annotations
@@ -34,8 +37,6 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from mgpu_gui.core.errors import UserError
-
 ENV_VAR = "MGPU_GUI_FAULT"
 FILL_NAME = ".mgpu-fault-fill"
 FILL_RESERVE = 64 * 1024
@@ -50,8 +51,8 @@ class FaultKind(StrEnum):
     FILL_DISK = "fill_disk"
 
 
-class FaultSpecError(UserError):
-    """The MGPU_GUI_FAULT value cannot be parsed."""
+class FaultSpecError(ValueError):
+    """The MGPU_GUI_FAULT value cannot be parsed (the worker reports it as a user error)."""
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""GPU inventory through NVML (the plan of which devices a run uses: device_plan.py).
+"""GPU inventory through NVML (the plan of which devices a run uses: plan.py).
 
 NVML (the library behind `nvidia-smi`) reads GPUs without touching CUDA, so
 listing them neither grabs GPU memory nor fixes which GPUs a later TensorFlow
@@ -7,6 +7,11 @@ process sees. The shape follows nvitop's API: lazy `nvmlInit` under a lock,
 which turns NVML errors into "not available" (`None`) instead of raising: a
 lost or half-supported GPU must not take the GUI down. Never import
 TensorFlow here.
+
+`load_pynvml` is the one place the NVML module is chosen: pynvml, or (tests
+only) the fake machine that MGPU_GUI_FAKE_GPUS names, so the GUI, the CLI, the
+queue runner and the claims of every process see the same fake GPUs through
+this same code.
 """
 
 from __future__ import annotations
@@ -14,9 +19,10 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
-import importlib
 import json
+import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from types import ModuleType
@@ -25,6 +31,9 @@ from typing import Any
 from mgpu_gui.core.plain import to_plain
 
 NA = "N/A"  # how a value NVML cannot give is shown
+# Test-only: a JSON file of fake GPUs (mgpu_gui/testing/fake_pynvml.py) that stands in
+# for NVML in this process and every process it starts.
+FAKE_GPUS_VAR = "MGPU_GUI_FAKE_GPUS"
 
 
 class NvmlState(StrEnum):
@@ -80,12 +89,30 @@ class GpuInventory:
         return json.dumps(to_plain(dataclasses.asdict(self)), indent=2)
 
 
-class NvmlSession:
-    """One NVML client: lazy init under a lock, shutdown at exit, safe queries."""
+def load_pynvml() -> ModuleType:
+    """The NVML module: pynvml, or the fake machine MGPU_GUI_FAKE_GPUS names (tests only;
+    `mgpu_gui.testing` is never imported unless the variable is set)."""
+    fake_gpus = os.environ.get(FAKE_GPUS_VAR)
+    if fake_gpus:
+        from mgpu_gui.testing import fake_pynvml
 
-    def __init__(self, module: ModuleType | None = None, module_name: str = "pynvml"):
+        return fake_pynvml.from_file(fake_gpus)
+    import pynvml
+
+    return pynvml
+
+
+class NvmlSession:
+    """One NVML client: lazy init under a lock, shutdown at exit, safe queries.
+
+    `module` injects a pynvml-like module (tests); otherwise `load` is asked for
+    one on first use.
+    """
+
+    def __init__(self, module: ModuleType | None = None,
+                 load: Callable[[], ModuleType] = load_pynvml):
         self._module = module
-        self._module_name = module_name
+        self._load = load
         self._lock = threading.Lock()
         self._started = False
         self._failure: tuple[NvmlState, str, str] | None = None
@@ -107,7 +134,7 @@ class NvmlSession:
                 return self._failure
             if self._module is None:
                 try:
-                    self._module = importlib.import_module(self._module_name)
+                    self._module = self._load()
                 except ImportError as exc:
                     self._failure = (
                         NvmlState.NO_DRIVER,
@@ -179,12 +206,22 @@ def _explain_init_error(nvml: ModuleType, exc: Exception) -> tuple[NvmlState, st
     return NvmlState.DRIVER_ERROR, reason, advice
 
 
-_default_session = NvmlSession()
+_default_sessions: dict[str, NvmlSession] = {}
+_default_lock = threading.Lock()
 
 
 def default_session() -> NvmlSession:
-    """The process-wide session on the real pynvml (initialised on first use)."""
-    return _default_session
+    """The process-wide session (initialised on first use).
+
+    One per value of MGPU_GUI_FAKE_GPUS, which is never set outside tests: a
+    test that sets it gets the fake machine even after NVML was used without it.
+    """
+    key = os.environ.get(FAKE_GPUS_VAR, "")
+    with _default_lock:
+        session = _default_sessions.get(key)
+        if session is None:
+            session = _default_sessions[key] = NvmlSession()
+        return session
 
 
 # -- inventory ---------------------------------------------------------------
@@ -194,16 +231,13 @@ def query_inventory(nvml: ModuleType | NvmlSession | None = None) -> GpuInventor
     """List the GPUs NVML sees; never raises for driver or GPU problems.
 
     `nvml` injects a pynvml-like module (tests) or a session; the default is the
-    process-wide session on the real pynvml. A module given here gets a session
-    of its own that is shut down before returning.
+    process-wide session (`default_session()`). A module given here gets a
+    session of its own that is shut down before returning.
     """
     if isinstance(nvml, NvmlSession):
         return _inventory(nvml)
     if nvml is None:
-        from mgpu_gui.testing import fake_gpus  # test-only stand-in, inert unless set
-
-        fake = fake_gpus.inventory()
-        return fake if fake is not None else _inventory(_default_session)
+        return _inventory(default_session())
     session = NvmlSession(nvml)
     try:
         return _inventory(session)

@@ -25,7 +25,6 @@ from mgpu_gui.core.devices.telemetry import ProcessInfo, take_snapshots
 from mgpu_gui.core.errors import DeviceError, UserError
 from mgpu_gui.core.runs.lock import is_live
 from mgpu_gui.core.runs.storedb import StoreDatabase, retry
-from mgpu_gui.testing import fake_gpus
 
 CPU_KEY = "cpu"  # CPU runs take the whole CPU: two at once would only slow each other
 
@@ -147,10 +146,7 @@ def busy_outside(gpus: Sequence[GpuInfo], claimed: Collection[str]
     """GPUs no run of the app holds that still run compute processes."""
     if not gpus:
         return {}
-    by_index = fake_gpus.processes()
-    if by_index is None:
-        by_index = {s.index: s.processes or ()
-                    for s in take_snapshots(default_session(), gpus)}
+    by_index = {s.index: s.processes or () for s in take_snapshots(default_session(), gpus)}
     return {device_key(g): by_index[g.index] for g in gpus
             if by_index.get(g.index) and device_key(g) not in claimed}
 

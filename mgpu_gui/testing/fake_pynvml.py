@@ -1,4 +1,18 @@
-"""A fake pynvml for device, telemetry and GPU-panel tests: GPUs whose readings tests change.
+"""Test-only: a fake `pynvml`, GPUs whose readings tests set.
+
+Two ways in:
+- a test builds one, `fake_nvml([FakeGpu(...), ...])`, and hands it to the NVML
+  layer (`query_inventory(module)`, `NvmlSession(module)`, a `TelemetrySource`);
+- with `MGPU_GUI_FAKE_GPUS=/path/gpus.json` set, the NVML layer's loader
+  (`core.devices.nvml.load_pynvml`, the one selection point) uses
+  `from_file(path)` instead of pynvml, in every process that inherits the
+  variable: the GUI, the CLI, the queue runner and the claims all see the same
+  fake machine. A training worker planned on those GPUs trains on as many CPU
+  replicas (the worker's own selection point). The file:
+
+    {"gpus": [{"index": 0, "uuid": "GPU-fake-0", "name": "Fake GPU",
+               "memory_total": 8589934592, "compute_capability": [8, 0],
+               "processes": [{"pid": 4242, "used_memory": 1024}]}]}
 
 Behaviour is set per GPU and per call: `gpu.errors["nvmlDeviceGetFanSpeed"] =
 "NVMLError_NotSupported"` makes that call fail on that GPU, `gpu.lost = True`
@@ -6,12 +20,17 @@ makes every call on it (its handle included) raise GpuIsLost, `gpu.mig` lists it
 MIG slots (None: MIG not supported), and `module.before_call` (a callable taking
 the function name) runs before every device call, e.g. to block a poll or count
 calls. `fake_nvml(count_error=...)` makes listing the GPUs fail.
+
+Plain Python only: the NVML layer (core) imports this module, so it imports
+nothing of the app.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
@@ -31,7 +50,7 @@ ERRORS = {  # pynvml's names and codes
 @dataclass
 class FakeGpu:
     name: str = H100
-    uuid: str = UUID0
+    uuid: str | None = UUID0
     bus: bytes = b"00000000:17:00.0"
     memory_total: int = 80 * GiB
     memory_used: int = 1 * GiB
@@ -61,7 +80,8 @@ def two_gpus() -> list[FakeGpu]:
 
 
 def fake_nvml(gpus: list[FakeGpu] | None = None, init_error: str | None = None,
-              count_error: str | None = None) -> ModuleType:
+              count_error: str | None = None, driver: str = "550.54.15") -> ModuleType:
+    """A pynvml-like module over `gpus` (default: `two_gpus()`)."""
     m = ModuleType("fake_pynvml")
     m.gpus = two_gpus() if gpus is None else gpus
     m.inits = 0
@@ -144,7 +164,7 @@ def fake_nvml(gpus: list[FakeGpu] | None = None, init_error: str | None = None,
 
     m.nvmlInit = init
     m.nvmlShutdown = shutdown
-    m.nvmlSystemGetDriverVersion = lambda: "550.54.15"
+    m.nvmlSystemGetDriverVersion = lambda: driver
     m.nvmlSystemGetCudaDriverVersion = lambda: 12040
     m.nvmlDeviceGetCount = count
     m.nvmlDeviceGetHandleByIndex = handle_by_index
@@ -168,3 +188,27 @@ def fake_nvml(gpus: list[FakeGpu] | None = None, init_error: str | None = None,
     for suffix in ("", "_v3", "_v2"):
         device("nvmlDeviceGetComputeRunningProcesses" + suffix, processes)
     return m
+
+
+def from_file(path: str | Path) -> ModuleType:
+    """The fake machine a MGPU_GUI_FAKE_GPUS file describes (see the module's docstring).
+
+    What the file leaves out, NVML does not give: no PCI bus id, no compute
+    capability, no memory size; the driver calls itself "fake".
+    """
+    entries = sorted(json.loads(Path(path).read_text())["gpus"], key=lambda g: g["index"])
+    return fake_nvml([_gpu_from(entry) for entry in entries], driver="fake")
+
+
+def _gpu_from(entry: dict[str, Any]) -> FakeGpu:
+    processes = [(p["pid"], p.get("used_memory")) for p in entry.get("processes", ())]
+    unknown = [function for function, key in (
+        ("nvmlDeviceGetPciInfo", "pci_bus_id"),
+        ("nvmlDeviceGetCudaComputeCapability", "compute_capability"),
+        ("nvmlDeviceGetMemoryInfo", "memory_total")) if entry.get(key) is None]
+    return FakeGpu(
+        name=entry.get("name", "Fake GPU"), uuid=entry.get("uuid"),
+        bus=str(entry.get("pci_bus_id", "")).encode(), memory_total=entry.get("memory_total") or 0,
+        memory_used=sum(used or 0 for _, used in processes), processes=processes,
+        cc=tuple(entry.get("compute_capability") or (0, 0)),
+        errors=dict.fromkeys(unknown, "NVMLError_NotSupported"))
