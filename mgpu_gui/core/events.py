@@ -220,3 +220,56 @@ class ListSink:
 
     def of(self, cls: type[Event]) -> list[Any]:
         return [e for e in self.events if isinstance(e, cls)]
+
+
+# -- the file inspector child (processes/inspector.py, core/children/inspector.py) ----------
+class InspectKind(StrEnum):
+    MODEL = "model"  # a .keras, .h5 or .py model file -> ModelFileInfo
+    DATA = "data"  # an .npz dataset -> DataInfo
+
+
+@dataclass(frozen=True)
+class InspectRequest:
+    """One file for the inspector child to read: one JSON line on its stdin."""
+
+    kind: InspectKind
+    path: str
+    image_size: tuple[int, int] | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(to_plain(dataclasses.asdict(self)))
+
+    @classmethod
+    def from_json(cls, line: str) -> InspectRequest:
+        data = json.loads(line)
+        size = data.get("image_size")
+        return cls(InspectKind(data["kind"]), data["path"], None if size is None else tuple(size))
+
+
+@dataclass(frozen=True)
+class InspectorReady(Event):
+    """The inspector child is up and capped its address space at `memory_limit` bytes."""
+
+    type: ClassVar[str] = "inspector_ready"
+    memory_limit: int
+
+
+@dataclass(frozen=True)
+class FileInspected(Event):
+    """What the file holds: a ModelFileInfo or DataInfo as plain data (paths as text)."""
+
+    type: ClassVar[str] = "file_inspected"
+    info: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class InspectFailed(Event):
+    """The file could not be read; `message` is for the user."""
+
+    type: ClassVar[str] = "inspect_failed"
+    message: str
+    error_type: str
+    user_error: bool  # a UserError (or the memory cap): the file is at fault, not the code
+
+
+EVENT_TYPES.update({cls.type: cls for cls in (InspectorReady, FileInspected, InspectFailed)})

@@ -29,6 +29,7 @@ class Child(StrEnum):
     QUEUE_RUNNER = "mgpu_gui.processes.queue_runner"
     EXPORT = "mgpu_gui.processes.export"
     EXPORT_VERIFIER = "mgpu_gui.processes.export_verifier"
+    INSPECTOR = "mgpu_gui.processes.inspector"
 
 
 class UnknownChildError(ValueError):
