@@ -42,15 +42,31 @@ def check(config: RunConfig, replicas: int,
     if config.validation_data is not None:
         inspect_data(config.validation_data, image_size=config.image_size)
     if model is not None:
-        # A legacy multi-GPU wrapper's slicing Lambdas never run: the template is rebuilt
-        # from its config. Only Lambdas inside the template would run code.
-        lambdas = model.wrapper.template_lambdas if model.wrapper else model.lambda_layers
-        if lambdas and not config.allow_unsafe_code:
-            raise ModelError(lambda_refused(model, ", ".join(lambdas)))
-        if model.input_shape is not None and data.x_shape is not None:
-            fit_check.check_input_shape(model.input_shape, data.x_shape)
-        if data.label_kind is LabelKind.SPARSE:
-            fit_check.check_label_range(model.output_units, data.label_max, data.num_classes)
+        check_model_fits(config, model, data)
+    check_batch_fits(config, replicas, data)
+    if disk:
+        check_output_disk(config, model)
+    return model, data
+
+
+def check_model_fits(config: RunConfig, model: ModelFileInfo, data: DataInfo) -> None:
+    """Refuse a model that would run code without consent, or whose shapes do not fit the data.
+
+    Pure: works on what was read, so the GUI re-checks without reading the files again.
+    """
+    # A legacy multi-GPU wrapper's slicing Lambdas never run: the template is rebuilt
+    # from its config. Only Lambdas inside the template would run code.
+    lambdas = model.wrapper.template_lambdas if model.wrapper else model.lambda_layers
+    if lambdas and not config.allow_unsafe_code:
+        raise ModelError(lambda_refused(model, ", ".join(lambdas)))
+    if model.input_shape is not None and data.x_shape is not None:
+        fit_check.check_input_shape(model.input_shape, data.x_shape)
+    if data.label_kind is LabelKind.SPARSE:
+        fit_check.check_label_range(model.output_units, data.label_max, data.num_classes)
+
+
+def check_batch_fits(config: RunConfig, replicas: int, data: DataInfo) -> None:
+    """Refuse a global batch larger than the training set (pure, like `check_model_fits`)."""
     train, _, _ = data.split_counts(config.validation_split)
     global_batch = config.batch_per_replica * replicas
     if train < global_batch:
@@ -58,9 +74,6 @@ def check(config: RunConfig, replicas: int,
             f"the training set has {train} samples, fewer than one global batch "
             f"({global_batch} = {config.batch_per_replica} per replica x {replicas} replicas); "
             f"lower the batch per replica or use fewer replicas.")
-    if disk:
-        check_output_disk(config, model)
-    return model, data
 
 
 def check_output_disk(config: RunConfig, model: ModelFileInfo | None) -> None:
