@@ -225,7 +225,7 @@ class ListSink:
 # -- the file inspector child (processes/inspector.py, core/children/inspector.py) ----------
 class InspectKind(StrEnum):
     MODEL = "model"  # a .keras, .h5 or .py model file -> ModelFileInfo
-    DATA = "data"  # an .npz dataset -> DataInfo
+    DATA = "data"  # an .npz dataset file -> DataInfo (folders need no child: nothing is parsed)
 
 
 @dataclass(frozen=True)
@@ -234,7 +234,6 @@ class InspectRequest:
 
     kind: InspectKind
     path: str
-    image_size: tuple[int, int] | None = None
 
     def to_json(self) -> str:
         return json.dumps(to_plain(dataclasses.asdict(self)))
@@ -242,8 +241,7 @@ class InspectRequest:
     @classmethod
     def from_json(cls, line: str) -> InspectRequest:
         data = json.loads(line)
-        size = data.get("image_size")
-        return cls(InspectKind(data["kind"]), data["path"], None if size is None else tuple(size))
+        return cls(InspectKind(data["kind"]), data["path"])
 
 
 @dataclass(frozen=True)

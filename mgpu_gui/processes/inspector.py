@@ -60,7 +60,7 @@ def answer(request: InspectRequest, headroom_mib: int) -> Event:
         if request.kind is InspectKind.MODEL:
             info = inspect_model_file(request.path)
         else:
-            info = inspect_data(request.path, image_size=request.image_size)
+            info = inspect_data(request.path)
         return FileInspected({key: str(value) if isinstance(value, PurePath) else value
                               for key, value in to_plain(dataclasses.asdict(info)).items()})
     except UserError as error:

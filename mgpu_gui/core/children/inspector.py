@@ -90,7 +90,7 @@ class FileInspector:
         self.memory_limit: int | None = None  # the running child's address-space cap, bytes
         self._lock = threading.Lock()  # the child: one request at a time
         self._cache_lock = threading.Lock()
-        self._cache: OrderedDict[Hashable, FileInspected | InspectFailed] = OrderedDict()
+        self._cache: OrderedDict[Hashable, Any] = OrderedDict()  # info or InspectFailed
         self._proc: subprocess.Popen | None = None
         self._results = -1
         self._pending = b""
@@ -109,14 +109,14 @@ class FileInspector:
                      image_size: Sequence[int] | None = None) -> DataInfo:
         """`inspect_data(source, image_size=...)`; raises DataError.
 
+        Only `.npz` files go to the child (`image_size` only matters for folders).
         The demo (a file of the app's own) and image folders (a listing: nothing
-        is parsed) are read here; folders are not cached, since adding an image
+        is parsed) are read here, and folders are not cached: adding an image
         deep inside one does not change the folder's own mtime.
         """
         if str(source) == DEMO or Path(os.path.expanduser(str(source))).is_dir():
             return data_inspection.inspect_data(source, image_size=image_size)
-        size = None if image_size is None else (int(image_size[0]), int(image_size[1]))
-        return self._inspect(InspectRequest(InspectKind.DATA, str(source), size), DataInfo)
+        return self._inspect(InspectRequest(InspectKind.DATA, str(source)), DataInfo)
 
     def close(self) -> None:
         """End the child (EOF on its stdin, a kill if it does not go); reusable after."""
@@ -137,9 +137,9 @@ class FileInspector:
             if answer is not None:
                 self._cache.move_to_end(key)
         if answer is None:
-            answer = self._ask(request)  # raises for a crash or a missed deadline (not cached)
-            if isinstance(answer, InspectFailed) and not answer.user_error:
-                self.unexpected_errors += 1
+            event = self._ask(request)  # raises for a crash or a missed deadline (not cached)
+            answer = (event if isinstance(event, InspectFailed)
+                      else from_plain(info_class, event.info))
             if key is not None:
                 with self._cache_lock:
                     self._cache[key] = answer
@@ -150,7 +150,7 @@ class FileInspector:
                 f"could not read {_name(request)}: unexpected {answer.message}; "
                 "the file is probably damaged.")
             raise _ERRORS[request.kind](message)
-        return from_plain(info_class, answer.info)
+        return answer
 
     def _ask(self, request: InspectRequest) -> FileInspected | InspectFailed:
         error = _ERRORS[request.kind]
@@ -175,6 +175,8 @@ class FileInspector:
                 how = died_text(self._stop(kill=True), ())[0]
                 raise error(f"the file reader crashed while reading {_name(request)} (it {how}); "
                             "the file is probably damaged.") from None
+            if isinstance(event, InspectFailed) and not event.user_error:
+                self.unexpected_errors += 1
         if not isinstance(event, FileInspected | InspectFailed):
             raise TypeError(f"the inspector child answered {event!r}")
         return event
@@ -299,4 +301,4 @@ def file_inspector() -> FileInspector:
         return _shared
 
 
-__all__ = ["DEADLINE_S", "FileInspector", "file_inspector", "from_plain"]
+__all__ = ["DEADLINE_S", "FileInspector", "file_inspector"]
