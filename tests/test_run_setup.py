@@ -298,12 +298,12 @@ def test_newer_probe_request_kills_the_older(panel, qtbot, tmp_path):
     builder.write_text("import time\ntime.sleep(60)\ndef build_model():\n    pass\n")
     panel.set_model_path(builder)
     panel.check_now()
-    first = panel._probe._process
+    first = panel._build.probe._process
     assert first is not None
     panel.model_edit.setText("demo")
     panel.check_now()
-    assert panel._probe._process is None
-    qtbot.waitUntil(lambda: not panel._probe._retired, timeout=10_000)
+    assert panel._build.probe._process is None
+    qtbot.waitUntil(lambda: not panel._build.probe._retired, timeout=10_000)
     assert panel.model_status.text() == ""
 
 
@@ -331,3 +331,45 @@ def test_panel_never_imports_tensorflow(tmp_path):
                          timeout=120, env=env)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["False"]
+
+
+def test_batch_and_replica_changes_do_not_read_the_files_again(panel, tmp_path, monkeypatch):
+    from mgpu_gui.gui.jobs import setup_check
+
+    folder = tmp_path / "images"
+    for label in ("cat", "dog"):
+        (folder / label).mkdir(parents=True)
+        for n in range(20):
+            (folder / label / f"{n}.png").write_bytes(b"")
+    calls = {"data": 0, "model": 0}
+
+    def counted(name, read):
+        def call(*args, **kwargs):
+            calls[name] += 1
+            return read(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(setup_check, "inspect_data", counted("data", setup_check.inspect_data))
+    monkeypatch.setattr(setup_check, "inspect_model_file",
+                        counted("model", setup_check.inspect_model_file))
+    panel.set_model_path(keras_file(tmp_path / "m.keras", units=2, input_shape=(8, 8, 3)))
+    panel.set_data_path(folder)
+    panel.width_spin.setValue(8)
+    panel.height_spin.setValue(8)
+    panel.check_now()
+    assert calls == {"data": 1, "model": 1}, panel.problems()
+    for batch in range(1, 21):
+        panel.batch_spin.setValue(batch)
+        panel.check_now()
+    panel.set_replicas(4)
+    panel.check_now()
+    assert calls == {"data": 1, "model": 1}
+    assert "(80 = 20 per replica x 4 replicas)" in panel.problems()["batch_per_replica"]
+    assert "= 80 global" in panel.batch_text.text()
+    panel.set_replicas(1)
+    panel.check_now()
+    assert panel.is_valid(), panel.problems()
+    assert "36 training samples: 1 step per epoch, 16 samples dropped" in panel.batch_hint.text()
+    panel.height_spin.setValue(16)  # the image size decides the folder's input shape
+    panel.check_now()
+    assert calls == {"data": 2, "model": 1}

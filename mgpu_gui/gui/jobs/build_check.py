@@ -1,0 +1,85 @@
+"""What only a built model can tell, kept in step with the run setup.
+
+A `.py` builder's shapes (and any model's summary) need TensorFlow, so a
+`ModelProbe` child builds the model. `BuildCheck` remembers which build
+settings the latest probe was asked for: a probe made out of date by an edit is
+killed, a `.py` builder whose instant checks pass is probed again, and a failed
+build becomes a problem on the model or the data field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal
+
+from mgpu_gui.core.config import RunConfig
+from mgpu_gui.gui.jobs.model_probe import ModelProbe
+from mgpu_gui.gui.jobs.setup_check import file_stamp
+
+
+def build_key(config: RunConfig) -> Hashable:
+    """The settings that decide what the probe builds."""
+    return (config.model, file_stamp(config.model), config.data, config.image_size,
+            config.allow_unsafe_code, config.sync_batchnorm, config.custom_objects)
+
+
+class BuildCheck(QObject):
+    """The model probe's lifecycle for the run setup."""
+
+    status = Signal(str)  # "Building model…", what was built, or "" (nothing to say)
+    summary_ready = Signal(str)  # the built model's summary
+    finished = Signal()  # a probe answered: check again, `problem()` may have changed
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.probe = ModelProbe(self)
+        self._key: Hashable = None  # the build settings the latest probe was asked for
+        self._result: dict[str, Any] | None = None
+        self.probe.started.connect(lambda: self.status.emit("Building model…"))
+        self.probe.finished.connect(self._finished)
+
+    def follow(self, config: RunConfig, instant_problems: bool) -> None:
+        """After a check of `config`: drop an out-of-date probe or result; probe a `.py`
+        builder the instant checks found nothing wrong with."""
+        if build_key(config) == self._key:
+            return
+        if self.probe.is_running():
+            self.probe.cancel()
+            self.status.emit("")
+        self._result = None
+        if config.model.lower().endswith(".py") and not instant_problems:
+            self._start(config)  # only a built .py model can tell its shapes
+
+    def problem(self) -> tuple[str, str] | None:
+        """(field, message) of the latest build when it failed."""
+        if self._result is None or self._result.get("ok"):
+            return None
+        field = "data" if self._result.get("error_type") == "DataError" else "model"
+        return field, self._result.get("message", "?")
+
+    def show_summary(self, config: RunConfig) -> None:
+        """Build `config`'s model unless a probe is building it already."""
+        if not (self.probe.is_running() and self._key == build_key(config)):
+            self._start(config)
+
+    def _start(self, config: RunConfig) -> None:
+        self._key = build_key(config)
+        self._result = None
+        self.probe.start(config)
+
+    def shutdown(self) -> None:
+        self.probe.shutdown()
+
+    def _finished(self, result: dict[str, Any]) -> None:
+        self._result = result
+        if result.get("ok"):
+            shape = "×".join(str(d) for d in result.get("input_shape") or []) or "?"
+            units = result.get("output_units")
+            self.status.emit(f"{result.get('params', 0):,} parameters · input {shape}"
+                             + (f" · {units} outputs" if units else ""))
+            self.summary_ready.emit(str(result.get("summary", "")))
+        else:
+            self.status.emit("The model could not be built:")
+        self.finished.emit()

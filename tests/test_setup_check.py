@@ -1,0 +1,69 @@
+"""The run setup's file checks: no Qt, and each file read again only when it changed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from mgpu_gui.core.config import RunConfig
+from mgpu_gui.gui.jobs import setup_check
+from mgpu_gui.gui.jobs.setup_check import SetupChecker
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """How often each inspector ran."""
+    calls = {"data": 0, "model": 0}
+
+    def counted(name, read):
+        def call(*args, **kwargs):
+            calls[name] += 1
+            return read(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(setup_check, "inspect_data", counted("data", setup_check.inspect_data))
+    monkeypatch.setattr(setup_check, "inspect_model_file",
+                        counted("model", setup_check.inspect_model_file))
+    return calls
+
+
+def test_an_edited_file_is_read_again(tmp_path, reads):
+    path = tmp_path / "data.npz"
+    np.savez(path, x_train=np.zeros((40, 4), np.float32), y_train=np.zeros(40, np.int64))
+    config = RunConfig(data=str(path), output_dir=str(tmp_path / "runs"), batch_per_replica=8)
+    checker = SetupChecker()
+    first = checker.check(config, 1, {})
+    assert first.problems == {} and first.data.train_samples == 40
+    for batch in (4, 8, 16, 32):  # arithmetic only
+        checker.check(config.replace(batch_per_replica=batch, validation_split=0.5), 2, {})
+    checker.check(config.replace(image_size=(9, 9)), 1, {})  # no image folder: no matter
+    assert reads == {"data": 1, "model": 0}
+    np.savez(path, x_train=np.zeros((4, 4), np.float32), y_train=np.zeros(4, np.int64))
+    os.utime(path, ns=(0, 0))
+    again = checker.check(config, 1, {})
+    assert reads["data"] == 2
+    assert "fewer than one global batch" in again.problems["batch_per_replica"]
+
+
+def test_a_failed_read_is_kept_too_and_known_problems_skip_reads(tmp_path, reads):
+    checker = SetupChecker()
+    config = RunConfig(model=str(tmp_path / "gone.keras"), output_dir=str(tmp_path))
+    for batch in range(1, 5):
+        found = checker.check(config.replace(batch_per_replica=batch), 1, {})
+        assert "model" in found.problems and found.model is None
+    assert reads == {"data": 1, "model": 1}
+    found = checker.check(config, 1, {"data": "choose the .npz file"})
+    assert found.problems["data"] == "choose the .npz file" and found.data is None
+    assert reads == {"data": 1, "model": 1}
+
+
+def test_no_qt_and_no_tensorflow():
+    code = ("import sys, mgpu_gui.gui.jobs.setup_check; "
+            "print(sorted(m for m in ('PySide6', 'tensorflow', 'keras') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True)
+    assert out.stdout.strip() == "[]"
