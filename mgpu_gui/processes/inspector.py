@@ -1,6 +1,6 @@
 """Child entry that reads untrusted model and data files: one request line in, one result out.
 
-    python -m mgpu_gui.processes.inspector --results-fd N [--memory-mib M]
+    python -m mgpu_gui.processes.inspector --results-fd N --memory-mib M
 
 Started once and kept warm by `core/children/inspector.py`, so a crash in a C
 library (HDF5 on a damaged `.h5`) costs the app a message, not the window. Each
@@ -35,8 +35,6 @@ from mgpu_gui.core.events import (
 )
 from mgpu_gui.core.modelfiles.inspection import inspect_model_file
 from mgpu_gui.core.plain import to_plain
-
-DEFAULT_MEMORY_MIB = 1024
 
 
 def cap_memory(headroom: int) -> int:
@@ -78,7 +76,7 @@ def answer(request: InspectRequest, headroom_mib: int) -> Event:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mgpu_gui.processes.inspector")
     parser.add_argument("--results-fd", type=int, required=True)
-    parser.add_argument("--memory-mib", type=int, default=DEFAULT_MEMORY_MIB)
+    parser.add_argument("--memory-mib", type=int, required=True)
     args = parser.parse_args(argv)
     os.set_inheritable(args.results_fd, False)
     limit = cap_memory(args.memory_mib << 20)

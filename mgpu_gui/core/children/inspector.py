@@ -51,6 +51,8 @@ from mgpu_gui.core.modelfiles.info import ModelFileInfo
 DEADLINE_S = 2.0
 # A cold start imports numpy and h5py: ~0.2 s idle, seconds on a busy machine.
 START_DEADLINE_S = 30.0
+# Memory the child may use beyond its imports. Inflating a zip bomb runs at ~0.5 GB/s here:
+# 512 MiB ends in a MemoryError message after ~1 s; 1 GiB took 3 s, past the deadline.
 MEMORY_MIB = 512
 CACHE_ENTRIES = 256
 # One BLAS thread: the child does no maths, and every extra thread reserves address space.
