@@ -1,8 +1,6 @@
-"""The curves panel: buffers, coalesced redraws, best epoch, smoothing, axes, timer."""
+"""The curves panel: coalesced redraws, best epoch, smoothing, axes, timer (data: test_series)."""
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import pyqtgraph as pg
@@ -10,71 +8,15 @@ import pytest
 
 from mgpu_gui.core.events import (
     BatchEnd,
-    EpochEnd,
-    Event,
     LogMessage,
     Phase,
     RunFailed,
     RunFinished,
-    RunStarted,
     RunStatus,
 )
-from mgpu_gui.gui.panels.curves import CurvesPanel, SeriesBuffer, ema
-
-T0 = 1_700_000_000.0
-
-
-def run_started(*, epochs: int = 10, steps: int = 100, initial_epoch: int = 0,
-                t: float = T0, replicas: int = 2) -> RunStarted:
-    return RunStarted(
-        run_dir="/tmp/run", device_kind="gpu",
-        devices=[f"/job:localhost/replica:0/task:0/device:GPU:{i}" for i in range(replicas)],
-        device_names=[f"GPU {i}: NVIDIA H100 80GB HBM3 (GPU-{i})" for i in range(replicas)],
-        num_replicas=replicas, batch_per_replica=128, global_batch=128 * replicas,
-        train_samples=steps * 128 * replicas + 37, val_samples=5000, test_samples=0,
-        steps_per_epoch=steps, dropped_per_epoch=37, epochs=epochs, initial_epoch=initial_epoch,
-        model_name="convnet", params=1_234_567, cross_device_ops="nccl", tf_version="2.21",
-        keras_version="3.15", t=t)
-
-
-def synthetic_run(*, epochs: int = 10, steps: int = 100, every: int = 4, best_at: int = 6,
-                  initial_epoch: int = 0, t0: float = T0, finish: bool = True,
-                  extra_metric: bool = False, seed: int = 0) -> list[Event]:
-    """A plausible run: loss falls, validation bottoms out at `best_at` then overfits."""
-    rng = np.random.default_rng(seed)
-    events: list[Event] = [run_started(epochs=epochs, steps=steps, initial_epoch=initial_epoch,
-                                       t=t0)]
-    t, best, best_epoch = t0 + 3.0, math.inf, None
-    for epoch in range(initial_epoch, epochs):
-        lr = 1e-3 if epoch < 5 else 1e-4
-        for batch in range(every - 1, steps, every):
-            progress = epoch + (batch + 1) / steps
-            loss = 2.3 * math.exp(-progress / 1.6) + 0.05 + rng.normal(0, 0.06)
-            metrics = {"loss": loss, "accuracy": min(1.0, 1 - loss / 2.5 + rng.normal(0, 0.01))}
-            if extra_metric:
-                metrics["auc"] = 1 - loss / 5
-            t += every * 0.06
-            events.append(BatchEnd(epoch=epoch, batch=batch, steps=steps, metrics=metrics,
-                                   samples_per_s=4200 + rng.normal(0, 150), learning_rate=lr,
-                                   t=t))
-        t += 2.0  # validation
-        val_loss = 0.25 + 1.8 * math.exp(-(epoch + 1) / 1.4) + 0.02 * max(0, epoch - best_at)
-        metrics = {"loss": 2.3 * math.exp(-(epoch + 0.5) / 1.6) + 0.05,
-                   "accuracy": 0.9 + 0.009 * epoch, "val_loss": val_loss,
-                   "val_accuracy": 0.88 + 0.008 * min(epoch, best_at), "learning_rate": lr}
-        if extra_metric:
-            metrics |= {"auc": 0.95, "val_auc": 0.93}
-        is_best = val_loss < best
-        if is_best:
-            best, best_epoch = val_loss, epoch
-        events.append(EpochEnd(epoch=epoch, epochs=epochs, metrics=metrics,
-                               samples_per_s=4100.0, duration_s=8.0, learning_rate=lr,
-                               best=is_best, t=t))
-    if finish:
-        events.append(RunFinished(status=RunStatus.COMPLETED, epochs_done=epochs,
-                                  best_epoch=best_epoch, best_metric="val_loss",
-                                  best_value=best, t=t + 1))
-    return events
+from mgpu_gui.core.series import ema
+from mgpu_gui.gui.panels.curves import CurvesPanel
+from tests.helpers.training_events import T0, run_started, synthetic_run
 
 
 @pytest.fixture
@@ -96,24 +38,6 @@ def count_set_data(monkeypatch) -> dict[int, int]:
 
     monkeypatch.setattr(pg.PlotDataItem, "setData", counting)
     return calls
-
-
-def test_series_buffer_grows_by_doubling_and_keeps_rows():
-    buffer = SeriesBuffer(capacity=4)
-    for i in range(9):
-        buffer.append(i, 10 * i, 100 * i, -i)
-    assert len(buffer) == 9 and buffer.capacity == 16
-    assert buffer.column(0).tolist() == list(range(9))
-    assert buffer.column(3)[-1] == -8
-    buffer.truncate(3)
-    assert buffer.column(1).tolist() == [0, 10, 20]
-
-
-def test_ema_is_debiased_and_skips_nan():
-    values = np.array([1.0, 1.0, math.nan, 1.0])
-    smoothed, _, count = ema(values, 0.9)
-    assert np.allclose(smoothed[[0, 1, 3]], 1.0) and math.isnan(smoothed[2]) and count == 3
-    assert np.array_equal(ema(np.array([3.0, 5.0]), 0.0)[0], [3.0, 5.0])
 
 
 def test_curves_fill_from_a_run(panel):

@@ -24,8 +24,9 @@ from PySide6.QtWidgets import (
 )
 
 from mgpu_gui.core.events import EpochEnd, Event
-from mgpu_gui.gui.panels.curves import LR_NAMES, color_plot
+from mgpu_gui.core.series import LR_NAMES
 from mgpu_gui.gui.theme import plot_colors
+from mgpu_gui.gui.widgets.plots import color_plot
 
 PREFERRED = ("val_loss", "loss", "val_accuracy", "accuracy")
 

@@ -1,22 +1,16 @@
 """Live training curves: one plot per metric family, learning rate and throughput.
 
-Events only append to numpy buffers and mark what changed; a ~10 Hz timer
-redraws the changed curves, so a burst of events costs one `setData` per curve.
-The timer runs from RunStarted to RunFinished/RunFailed (or `shutdown()`).
-
-Series names (see `CurvesPanel.series`):
-- ``"loss"``: train per batch (raw), ``"loss:smoothed"``: its EMA,
-  ``"loss:epoch"``: train per epoch, ``"val_loss"``: validation per epoch;
-  the same for every other metric family (``"accuracy"``, ``"auc"``, ...).
-- ``"learning_rate"`` and ``"samples_per_s"``.
+The series live in a `SeriesStore` (mgpu_gui.core.series, where the series
+names are listed): events only append to its numpy buffers and mark what
+changed. A 25 ms timer redraws the changed curves of one plot per tick, so a
+burst of events costs one `setData` per curve. The timer runs from RunStarted
+to RunFinished/RunFailed (or `shutdown()`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
-from enum import StrEnum
 
 import numpy as np
 import pyqtgraph as pg
@@ -33,93 +27,17 @@ from PySide6.QtWidgets import (
 )
 
 from mgpu_gui.core.events import BatchEnd, EpochEnd, Event, RunFailed, RunFinished, RunStarted
+from mgpu_gui.core.series import SeriesStore, XAxis, family_of
 from mgpu_gui.gui.theme import PlotColors, plot_colors
+from mgpu_gui.gui.widgets.family_plot import FamilyPlot
+from mgpu_gui.gui.widgets.plots import batch_curve, color_plot, style_plot, thin_when_dense
 
 # The timer redraws one plot per tick: a window repaint then paints one plot (~10 ms on
 # 2 cores, measured), never all four at once (30-80 ms, a visible stall); every plot still
 # catches up within 4 ticks of new data.
 REFRESH_MS = 25
-LR_NAMES = ("learning_rate", "lr")  # Keras may log the LR as a metric: not a metric family
-X_EPOCH, X_STEP, X_WALL, Y = range(4)
-
-
-class XAxis(StrEnum):
-    EPOCH = "epoch"
-    STEP = "step"
-    WALL = "time"
-
-
+SMOOTHING = 0.6
 X_LABELS = {XAxis.EPOCH: "epoch", XAxis.STEP: "step (batches)", XAxis.WALL: "time (min)"}
-
-
-class SeriesBuffer:
-    """Rows of (x by epoch, x by step, x by wall time, y) in a preallocated array that
-    grows by doubling, so appending is amortised O(1) and reading is a view.
-
-    float32 halves the memory of long runs (a million batch points in a handful of
-    series stay under 100 MB) and is finer than any screen: wall time resolves a
-    quarter second after a month, the step count is exact up to 16 million.
-    """
-
-    def __init__(self, capacity: int = 256) -> None:
-        self._data = np.empty((capacity, 4), dtype=np.float32)
-        self._n = 0
-
-    def __len__(self) -> int:
-        return self._n
-
-    @property
-    def capacity(self) -> int:
-        return len(self._data)
-
-    def append(self, x_epoch: float, x_step: float, x_wall: float, y: float) -> None:
-        if self._n == len(self._data):
-            grown = np.empty((2 * len(self._data), 4), dtype=np.float32)
-            grown[: self._n] = self._data
-            self._data = grown  # views handed out earlier keep the old array alive
-        self._data[self._n] = (x_epoch, x_step, x_wall, y)
-        self._n += 1
-
-    def column(self, index: int) -> np.ndarray:
-        return self._data[: self._n, index]
-
-    def truncate(self, n: int) -> None:
-        self._n = max(0, min(n, self._n))
-
-
-def ema(values: np.ndarray, weight: float) -> tuple[np.ndarray, float, int]:
-    """TensorBoard's debiased exponential moving average; non-finite values stay NaN
-    and do not disturb the average. Also returns the running state (sum, count)."""
-    out = np.full(len(values), np.nan)
-    last, count = 0.0, 0
-    for i, value in enumerate(values.tolist()):
-        if math.isfinite(value):
-            last, count = last * weight + (1 - weight) * value, count + 1
-            out[i] = last / (1 - weight**count)
-    return out, last, count
-
-
-@dataclass
-class _FamilyPlot:
-    """The plot of one metric family and its curves, by series name."""
-
-    widget: pg.PlotWidget
-    curves: dict[str, pg.PlotDataItem] = field(default_factory=dict)  # by series name
-    roles: dict[str, pg.PlotDataItem] = field(default_factory=dict)  # batch, smoothed, ...
-    best_marker: pg.PlotDataItem | None = None
-    best_line: pg.InfiniteLine | None = None
-
-
-def _without_lr(metrics: dict[str, float], lr: float | None) -> tuple[dict[str, float],
-                                                                     float | None]:
-    """Keras puts the learning rate among the metrics: it gets its own plot, not a family."""
-    if lr is None:
-        lr = next((v for n, v in metrics.items() if n in LR_NAMES), None)
-    return {n: v for n, v in metrics.items() if n not in LR_NAMES}, lr
-
-
-def family_of(name: str) -> str:
-    return name.removeprefix("val_")
 
 
 def _family_rank(family: str) -> int:
@@ -128,44 +46,6 @@ def _family_rank(family: str) -> int:
 
 def _title(family: str) -> str:
     return family.upper() if len(family) <= 3 else family.replace("_", " ").capitalize()
-
-
-def _style_plot(widget: pg.PlotWidget, left: str) -> None:
-    item = widget.getPlotItem()
-    for side in ("left", "bottom"):
-        item.getAxis(side).enableAutoSIPrefix(False)  # "(x0.001)" confuses more than it helps
-    item.setLabel("left", left)
-    item.showGrid(x=True, y=True, alpha=0.15)
-    item.getViewBox().setAutoVisible(y=True)  # y fits the visible x range when zoomed
-    widget.setMinimumSize(220, 150)
-
-
-def color_plot(widget: pg.PlotWidget, colors: PlotColors, title_size: str = "11pt") -> None:
-    """Background, axes, grid, labels and title of a plot in the palette's colours (the
-    curves are their owners' to colour)."""
-    widget.setBackground(colors.background)
-    item = widget.getPlotItem()
-    for side in ("left", "bottom"):
-        axis = item.getAxis(side)
-        axis.setPen(pg.mkPen(colors.axis))  # the grid is drawn with the axis pen
-        axis.setTextPen(pg.mkPen(colors.text))
-        if axis.labelText:
-            item.setLabel(side, axis.labelText, units=axis.labelUnits, color=colors.text)
-    title = item.titleLabel.text
-    if title:
-        widget.setTitle(title, color=colors.text, size=title_size)
-
-
-def _batch_curve(pen) -> pg.PlotDataItem:
-    # Antialiased: at 2x device pixels a curve drawn without it looks jagged.
-    return pg.PlotDataItem(pen=pen, antialias=True)
-
-
-def _thin_when_dense(curve: pg.PlotDataItem) -> None:
-    """Per-batch curves: draw only the visible part, min/max-downsampled to the pixels.
-    Called after `PlotItem.addItem`, which applies the plot's (off) settings."""
-    curve.setClipToView(True)
-    curve.setDownsampling(auto=True, method="peak")
 
 
 class CurvesPanel(QWidget):
@@ -179,7 +59,7 @@ class CurvesPanel(QWidget):
         self._timer.timeout.connect(self._refresh_next)
         self._shut_down = False
         self._colors = plot_colors(self.palette())
-        self._smoothing = 0.6
+        self._store = SeriesStore(SMOOTHING)
         self._log_y = False
         self._x_axis = XAxis.EPOCH
         self._build_controls()
@@ -192,7 +72,7 @@ class CurvesPanel(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addLayout(self._controls)
         layout.addLayout(self._grid, 1)
-        self._plots: dict[str, _FamilyPlot] = {}
+        self._plots: dict[str, FamilyPlot] = {}
         self._families: list[str] = []
         self.reset()
         self._apply_colors()
@@ -201,25 +81,14 @@ class CurvesPanel(QWidget):
 
     def reset(self) -> None:
         """Forget all data (a new run); the controls keep their settings."""
-        self._series: dict[str, SeriesBuffer] = {}
-        self._ema_state: dict[str, tuple[float, int]] = {}
-        self._dirty: set[str] = set()
-        self._steps = 0
-        self._epochs = 0  # known from RunStarted: fixes the x range by epoch or step
-        self._t_origin: float | None = None
-        self._last_wall = 0.0
-        self._best_epoch: int | None = None
-        self._best_metric: str | None = None
+        self._store.reset()
+        self._dirty: set[str] = set()  # series to draw again: new data, or a display change
         self._best_dirty = True
         for family in self._families:  # back to the spares: built and painted already
             plot = self._plots[family]
             self._grid.removeWidget(plot.widget)
             plot.widget.setXLink(None)
-            for curve in plot.roles.values():
-                curve.setData([], [])
-            for best_item in (plot.best_line, plot.best_marker):
-                best_item.setVisible(False)
-            plot.curves = {}
+            plot.clear()
             self._spares.append(plot)
         self._plots, self._families = {}, []
         self._lr_plot.setXLink(None)
@@ -262,16 +131,11 @@ class CurvesPanel(QWidget):
 
     def series(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         """(x, y) of a series in the current x-axis mode (time in minutes); empty if none."""
-        buffer = self._series.get(name)
-        if buffer is None:
-            return np.empty(0), np.empty(0)
-        column = {XAxis.EPOCH: X_EPOCH, XAxis.STEP: X_STEP, XAxis.WALL: X_WALL}[self._x_axis]
-        x = buffer.column(column)
-        return (x / 60.0 if self._x_axis is XAxis.WALL else x), buffer.column(Y)
+        return self._store.xy(name, self._x_axis)
 
     def best_epoch(self) -> int | None:
         """The best validation epoch, 0-based as in the events (drawn at x = epoch + 1)."""
-        return self._best_epoch
+        return self._store.best_epoch
 
     def families(self) -> list[str]:
         return list(self._families)
@@ -312,32 +176,11 @@ class CurvesPanel(QWidget):
             f'&nbsp;&nbsp;<span style="color:{colors.val}">━● validation</span>&nbsp;&nbsp;'
             f'<span style="color:{colors.best}">★ best epoch</span>')
         for plot in [*self._plots.values(), *self._spares]:
-            color_plot(plot.widget, colors)
-            self._color_shell(plot)
+            plot.apply_colors(colors)
         for widget in (self._lr_plot, self._rate_plot):
             color_plot(widget, colors, "10pt")
         self._lr_curve.setPen(pg.mkPen(colors.lr, width=2))
         self._rate_curve.setPen(pg.mkPen(colors.rate, width=1.5))
-
-    def _color_shell(self, plot: _FamilyPlot) -> None:
-        colors = self._colors
-        train = pg.QtGui.QColor(colors.train)
-        faint = pg.QtGui.QColor(train)
-        faint.setAlpha(70)
-        roles = plot.roles
-        roles["batch"].setPen(pg.mkPen(faint, width=1))
-        roles["smoothed"].setPen(pg.mkPen(train, width=2))
-        roles["epoch"].setPen(pg.mkPen(train, width=1, style=Qt.PenStyle.DashLine))
-        roles["epoch"].setSymbolBrush(train)
-        roles["val"].setPen(pg.mkPen(colors.val, width=2.5))
-        roles["val"].setSymbolBrush(colors.val)
-        plot.best_line.setPen(pg.mkPen(colors.best, width=1, style=Qt.PenStyle.DashLine))
-        label = plot.best_line.label
-        label.setColor(colors.best)
-        label.fill = pg.mkBrush(*colors.fill(220))
-        label.update()
-        plot.best_marker.setSymbolBrush(colors.best)
-        plot.best_marker.setSymbolPen(pg.mkPen(colors.background, width=1))
 
     # -- building ------------------------------------------------------------------
 
@@ -346,7 +189,7 @@ class CurvesPanel(QWidget):
         row.addWidget(QLabel("Smoothing"))
         self._smoothing_slider = slider = QSlider(Qt.Orientation.Horizontal)
         slider.setRange(0, 99)
-        slider.setValue(round(self._smoothing * 100))
+        slider.setValue(round(SMOOTHING * 100))
         slider.setMaximumWidth(160)
         # In characters, not pixels: stays usable when the row is crowded, at any font size.
         slider.setMinimumWidth(slider.fontMetrics().horizontalAdvance("0") * 8)
@@ -355,7 +198,7 @@ class CurvesPanel(QWidget):
                           "the raw curve stays visible, faint")
         slider.valueChanged.connect(self._on_smoothing)
         row.addWidget(slider)
-        self._smoothing_label = QLabel(f"{self._smoothing:.2f}")
+        self._smoothing_label = QLabel(f"{SMOOTHING:.2f}")
         self._smoothing_label.setMinimumWidth(32)
         row.addWidget(self._smoothing_label)
         row.addSpacing(12)
@@ -380,63 +223,23 @@ class CurvesPanel(QWidget):
     def _build_fixed_plots(self) -> None:
         colors = self._colors
         self._lr_plot = pg.PlotWidget()
-        _style_plot(self._lr_plot, "learning rate")
+        style_plot(self._lr_plot, "learning rate")
         self._lr_plot.setTitle("Learning rate", color=colors.text, size="10pt")
         self._lr_curve = self._lr_plot.plot(pen=pg.mkPen(colors.lr, width=2), antialias=True)
         self._rate_plot = pg.PlotWidget()
-        _style_plot(self._rate_plot, "samples/s")
+        style_plot(self._rate_plot, "samples/s")
         self._rate_plot.setLabel("bottom", X_LABELS[XAxis.WALL], color=colors.text)
-        self._rate_curve = _batch_curve(pg.mkPen(colors.rate, width=1.5))
+        self._rate_curve = batch_curve(pg.mkPen(colors.rate, width=1.5))
         self._rate_plot.addItem(self._rate_curve)
-        _thin_when_dense(self._rate_curve)
+        thin_when_dense(self._rate_curve)
         self._lr_plot.setLabel("bottom", X_LABELS[self._x_axis], color=colors.text)
         for widget, name in ((self._lr_plot, "Learning rate plot"),
                              (self._rate_plot, "Throughput plot")):
             widget.setAccessibleName(name)
             widget.setMaximumHeight(220)
 
-    def _make_shell(self, title: str = "") -> _FamilyPlot:
-        """A plot with its four curves and best-epoch items, not yet bound to a family.
-
-        Building a PlotWidget and painting it the first time are the costliest GUI work of
-        a run (py-spy); spare shells are built and shown empty before the run starts.
-        """
-        widget = pg.PlotWidget()
-        widget.setAccessibleName(f"{title or 'Metric'} plot")
-        _style_plot(widget, title.lower())
-        widget.setTitle(title, size="11pt")
-        widget.setLabel("bottom", X_LABELS[self._x_axis])
-        item = widget.getPlotItem()
-        plot = _FamilyPlot(widget)
-        specs = [  # pens and brushes: _color_shell
-            ("batch", _batch_curve(None), "train (batch)"),
-            ("smoothed", _batch_curve(None), "train (smoothed)"),
-            ("epoch", pg.PlotDataItem(symbol="o", symbolSize=6, symbolPen=None, antialias=True),
-             "train (epoch)"),
-            ("val", pg.PlotDataItem(symbol="o", symbolSize=7, symbolPen=None, antialias=True),
-             "validation"),
-        ]
-        for role, curve, label in specs:
-            curve.opts["name"] = label
-            item.addItem(curve)
-            if role in ("batch", "smoothed"):
-                _thin_when_dense(curve)
-            plot.roles[role] = curve
-        # The best epoch is its own one-point item, so no downsampling can thin it away.
-        plot.best_line = pg.InfiniteLine(
-            angle=90, label="",
-            # Left of the line, half-way up: the best epoch is often the newest (right edge),
-            # and a converging curve leaves the right half's middle empty.
-            labelOpts={"position": 0.5, "anchors": [(1.04, 0.5), (1.04, 0.5)]})
-        plot.best_marker = pg.PlotDataItem(pen=None, symbol="star", symbolSize=18,
-                                           antialias=True)
-        for best_item in (plot.best_line, plot.best_marker):
-            best_item.setZValue(10)
-            best_item.setVisible(False)
-            item.addItem(best_item, ignoreBounds=best_item is plot.best_line)
-        color_plot(widget, self._colors)
-        self._color_shell(plot)
-        return plot
+    def _make_shell(self, title: str = "") -> FamilyPlot:
+        return FamilyPlot.build(title, X_LABELS[self._x_axis], self._colors)
 
     def _add_family(self, family: str) -> None:
         plot = self._spares.pop(0) if self._spares else self._make_shell()
@@ -446,8 +249,7 @@ class CurvesPanel(QWidget):
             widget.setTitle(_title(family), color=self._colors.text, size="11pt")
             widget.setLabel("left", family, color=self._colors.text)
         widget.getPlotItem().setLogMode(y=self._log_y)
-        plot.curves = {family: plot.roles["batch"], f"{family}:smoothed": plot.roles["smoothed"],
-                       f"{family}:epoch": plot.roles["epoch"], f"val_{family}": plot.roles["val"]}
+        plot.bind(family)
         self._dirty.update(plot.curves)
         if self._plots:
             widget.setXLink(next(iter(self._plots.values())).widget)
@@ -458,7 +260,6 @@ class CurvesPanel(QWidget):
         self._families.append(family)  # sorted is stable: first seen first within a rank
         self._families.sort(key=_family_rank)
         self._relayout()
-        self._best_dirty = True
 
     def _relayout(self) -> None:
         shown = [self._plots[f].widget for f in self._families] or [
@@ -480,100 +281,13 @@ class CurvesPanel(QWidget):
 
     # -- data --------------------------------------------------------------------
 
-    def _append(self, name: str, x_epoch: float, x_step: float, x_wall: float,
-                y: float) -> None:
-        buffer = self._series.get(name)
-        if buffer is None:
-            buffer = self._series[name] = SeriesBuffer()
-        buffer.append(x_epoch, x_step, x_wall, y)
-        self._dirty.add(name)
-
-    def _ensure_family(self, family: str) -> None:
-        if family not in self._plots:
-            self._add_family(family)
-
-    def _wall(self, t: float) -> float:
-        if self._t_origin is None:
-            self._t_origin = t
-        self._last_wall = max(self._last_wall, t - self._t_origin)
-        return t - self._t_origin
-
     def _ingest(self, event: Event) -> None:
-        if isinstance(event, RunStarted):
-            self._on_run_started(event)
-        elif isinstance(event, BatchEnd):
-            self._steps = event.steps or self._steps
-            steps = max(self._steps, 1)
-            xs = (event.epoch + (event.batch + 1) / steps, event.epoch * steps + event.batch + 1,
-                  self._wall(event.t))
-            metrics, lr = _without_lr(event.metrics, event.learning_rate)
-            for name, value in metrics.items():
-                self._ensure_family(family_of(name))
-                self._append(name, *xs, value)
-                self._append_smoothed(name, xs, value)
-            if lr is not None:
-                self._append("learning_rate", *xs, lr)
-            self._append("samples_per_s", *xs, event.samples_per_s)
-        elif isinstance(event, EpochEnd):
-            steps = max(self._steps, 1)
-            xs = (event.epoch + 1.0, (event.epoch + 1.0) * steps, self._wall(event.t))
-            metrics, lr = _without_lr(event.metrics, event.learning_rate)
-            for name, value in metrics.items():
-                self._ensure_family(family_of(name))
-                key = name if name.startswith("val_") else f"{name}:epoch"
-                self._append(key, *xs, value)
-            if lr is not None:
-                self._append("learning_rate", *xs, lr)
-            if event.best:
-                self._best_epoch, self._best_dirty = event.epoch, True
-        elif isinstance(event, RunFinished) and event.best_epoch is not None:
-            self._best_epoch, self._best_metric = event.best_epoch, event.best_metric
-            self._best_dirty = True
-
-    def _on_run_started(self, event: RunStarted) -> None:
-        has_data = any(len(b) for b in self._series.values())
-        if has_data and event.initial_epoch == 0:
+        if isinstance(event, RunStarted) and event.initial_epoch == 0 and self._store.has_data():
             self.reset()  # a new run, not a resume: start clean
-            has_data = False
-        self._steps = event.steps_per_epoch or self._steps
-        self._epochs = event.epochs
-        self._apply_x_range()
-        if not has_data:
-            self._t_origin = event.t
-            return
-        # A resume continues the curves: drop what the stopped session did of the epoch
-        # it did not finish, and let wall time go on from where it stopped.
-        for name, buffer in self._series.items():
-            keep = int(np.searchsorted(buffer.column(X_EPOCH), event.initial_epoch + 1e-9))
-            if keep < len(buffer):
-                buffer.truncate(keep)
-                self._dirty.add(name)
-                if name.endswith(":smoothed"):
-                    self._recompute_smoothing(name.removesuffix(":smoothed"))
-        if self._best_epoch is not None and self._best_epoch >= event.initial_epoch:
-            self._best_epoch = None
-        self._best_dirty = True
-        self._t_origin = event.t - self._last_wall
-
-    def _append_smoothed(self, name: str, xs: tuple[float, float, float], value: float) -> None:
-        last, count = self._ema_state.get(name, (0.0, 0))
-        weight = self._smoothing
-        smoothed = math.nan
-        if math.isfinite(value):
-            last, count = last * weight + (1 - weight) * value, count + 1
-            smoothed = last / (1 - weight**count)
-        self._ema_state[name] = (last, count)
-        self._append(f"{name}:smoothed", *xs, smoothed)
-
-    def _recompute_smoothing(self, name: str) -> None:
-        raw, smooth = self._series.get(name), self._series.get(f"{name}:smoothed")
-        if raw is None or smooth is None:
-            return
-        values = raw.column(Y)
-        smooth.truncate(len(values))
-        smooth.column(Y)[:], last, count = ema(values, self._smoothing)
-        self._ema_state[name] = (last, count)
-        self._dirty.add(f"{name}:smoothed")
+        for family in self._store.ingest(event):
+            self._add_family(family)
+        if isinstance(event, RunStarted):
+            self._apply_x_range()
 
     # -- drawing -------------------------------------------------------------------
 
@@ -585,6 +299,8 @@ class CurvesPanel(QWidget):
         `plots` plots (all by default); the rest stay dirty for the next call."""
         budget = math.inf if plots is None else plots
         dirty = self._dirty
+        dirty |= self._store.take_changed()
+        self._best_dirty |= self._store.take_best_changed()
         for plot in self._plots.values():
             names = dirty.intersection(plot.curves)
             if not names:
@@ -606,8 +322,7 @@ class CurvesPanel(QWidget):
         if "samples_per_s" in dirty and budget > 0:
             dirty.discard("samples_per_s")
             budget -= 1
-            buffer = self._series["samples_per_s"]
-            self._set_curve(self._rate_curve, buffer.column(X_WALL) / 60.0, buffer.column(Y),
+            self._set_curve(self._rate_curve, *self._store.xy("samples_per_s", XAxis.WALL),
                             log=False)
         if budget <= 0:
             return
@@ -628,10 +343,10 @@ class CurvesPanel(QWidget):
         curve.setData(x, y)
 
     def _draw_best(self) -> None:
-        epoch = self._best_epoch
-        monitored = family_of(self._best_metric or "val_loss")
+        epoch = self._store.best_epoch
+        monitored = family_of(self._store.best_metric or "val_loss")
         for family, plot in self._plots.items():
-            point = None if epoch is None else self._epoch_point(family, epoch)
+            point = None if epoch is None else self._store.epoch_point(family, epoch, self._x_axis)
             if point is None or (self._log_y and point[1] <= 0):
                 plot.best_marker.setVisible(False)
                 plot.best_line.setVisible(point is not None)
@@ -648,26 +363,11 @@ class CurvesPanel(QWidget):
                 text += f"  {name} {y:.4g}"
             plot.best_line.label.setFormat(text)
 
-    def _epoch_point(self, family: str, epoch: int) -> tuple[float, float, str] | None:
-        """Where epoch `epoch` ended on the validation curve (else the train epoch curve)."""
-        for name in (f"val_{family}", f"{family}:epoch"):
-            buffer = self._series.get(name)
-            if buffer is None or not len(buffer):
-                continue
-            hits = np.flatnonzero(buffer.column(X_EPOCH) == epoch + 1.0)
-            if len(hits):
-                x, y = self.series(name)
-                return float(x[hits[-1]]), float(y[hits[-1]]), name.removesuffix(":epoch")
-        return None
-
     # -- controls ------------------------------------------------------------------
 
     def _on_smoothing(self, value: int) -> None:
-        self._smoothing = value / 100
-        self._smoothing_label.setText(f"{self._smoothing:.2f}")
-        for name in list(self._series):
-            if name.endswith(":smoothed"):
-                self._recompute_smoothing(name.removesuffix(":smoothed"))
+        self._store.set_smoothing(value / 100)
+        self._smoothing_label.setText(f"{value / 100:.2f}")
         self._refresh()
 
     def _on_log_y(self, on: bool) -> None:
@@ -690,7 +390,8 @@ class CurvesPanel(QWidget):
         """By epoch or step the run's whole x range is known from the start: fix it, so
         the x axes are not re-rendered on every redraw (axis text is the costliest paint,
         measured with py-spy during a run). Wall time keeps autoscaling."""
-        span = {XAxis.EPOCH: self._epochs, XAxis.STEP: self._epochs * max(self._steps, 1)}.get(
+        epochs, steps = self._store.epochs, max(self._store.steps, 1)
+        span = {XAxis.EPOCH: epochs, XAxis.STEP: epochs * steps}.get(
             self._x_axis)
         for widget in [p.widget for p in self._plots.values()] + [self._lr_plot]:
             item = widget.getPlotItem()
@@ -701,6 +402,6 @@ class CurvesPanel(QWidget):
                 item.enableAutoRange(x=True)
 
     def _redraw_all(self) -> None:
-        self._dirty.update(self._series)
+        self._dirty.update(self._store.names())
         self._best_dirty = True
         self._refresh()

@@ -20,8 +20,8 @@ from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QApplication, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from mgpu_gui.core.tools.scaling import ScalingReport, describe, device_word
-from mgpu_gui.gui.panels.curves import color_plot
 from mgpu_gui.gui.theme import PlotColors, on_background, plot_colors
+from mgpu_gui.gui.widgets.plots import color_plot
 
 MEASURED, IDEAL, GOOD, WARN, FAILED = "#1f77b4", "#8a8a8a", "#2e7d32", "#c62828", "#c62828"
 PNG_SIZE = (1100, 520)
