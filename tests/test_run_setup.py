@@ -34,6 +34,7 @@ from mgpu_gui.core.devices.nvml import GpuInfo
 from mgpu_gui.core.errors import DataError, ModelError
 from mgpu_gui.core.modelfiles.inspection import inspect_model_file
 from mgpu_gui.gui.panels.run_setup import RunSetupPanel
+from tests.helpers.file_reads import count_reads
 
 
 @pytest.fixture
@@ -334,24 +335,12 @@ def test_panel_never_imports_tensorflow(tmp_path):
 
 
 def test_batch_and_replica_changes_do_not_read_the_files_again(panel, tmp_path, monkeypatch):
-    from mgpu_gui.gui.jobs import setup_check
-
     folder = tmp_path / "images"
     for label in ("cat", "dog"):
         (folder / label).mkdir(parents=True)
         for n in range(20):
             (folder / label / f"{n}.png").write_bytes(b"")
-    calls = {"data": 0, "model": 0}
-
-    def counted(name, read):
-        def call(*args, **kwargs):
-            calls[name] += 1
-            return read(*args, **kwargs)
-        return call
-
-    monkeypatch.setattr(setup_check, "inspect_data", counted("data", setup_check.inspect_data))
-    monkeypatch.setattr(setup_check, "inspect_model_file",
-                        counted("model", setup_check.inspect_model_file))
+    calls = count_reads(monkeypatch)
     panel.set_model_path(keras_file(tmp_path / "m.keras", units=2, input_shape=(8, 8, 3)))
     panel.set_data_path(folder)
     panel.width_spin.setValue(8)

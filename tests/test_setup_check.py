@@ -10,25 +10,13 @@ import numpy as np
 import pytest
 
 from mgpu_gui.core.config import RunConfig
-from mgpu_gui.gui.jobs import setup_check
 from mgpu_gui.gui.jobs.setup_check import SetupChecker
+from tests.helpers.file_reads import count_reads
 
 
 @pytest.fixture
 def reads(monkeypatch):
-    """How often each inspector ran."""
-    calls = {"data": 0, "model": 0}
-
-    def counted(name, read):
-        def call(*args, **kwargs):
-            calls[name] += 1
-            return read(*args, **kwargs)
-        return call
-
-    monkeypatch.setattr(setup_check, "inspect_data", counted("data", setup_check.inspect_data))
-    monkeypatch.setattr(setup_check, "inspect_model_file",
-                        counted("model", setup_check.inspect_model_file))
-    return calls
+    return count_reads(monkeypatch)
 
 
 def test_an_edited_file_is_read_again(tmp_path, reads):
