@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from mgpu_gui.gui.jobs import setup_check
+from mgpu_gui.core.children.inspector import FileInspector
 
 
 def count_reads(monkeypatch) -> dict[str, int]:
-    """{"data": n, "model": n}: how often `setup_check` inspected a file from now on."""
+    """{"data": n, "model": n}: how often a file was asked of the file inspector from now on."""
     calls = {"data": 0, "model": 0}
 
     def counted(name, read):
@@ -15,7 +15,7 @@ def count_reads(monkeypatch) -> dict[str, int]:
             return read(*args, **kwargs)
         return call
 
-    monkeypatch.setattr(setup_check, "inspect_data", counted("data", setup_check.inspect_data))
-    monkeypatch.setattr(setup_check, "inspect_model_file",
-                        counted("model", setup_check.inspect_model_file))
+    monkeypatch.setattr(FileInspector, "inspect_data", counted("data", FileInspector.inspect_data))
+    monkeypatch.setattr(FileInspector, "inspect_model",
+                        counted("model", FileInspector.inspect_model))
     return calls

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mgpu_gui.core.children.inspector import file_inspector
 from mgpu_gui.core.children.launch import Child, module_command
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.devices.nvml import GpuInventory, query_inventory
@@ -84,7 +85,7 @@ def prepare_run(config: RunConfig, inventory: GpuInventory | None = None,
     config = config.replace(output_dir=str(config.output_path.absolute()))
     inventory = inventory if inventory is not None else query_inventory()
     plan = _plan(config, inventory, store, allow_busy)
-    preflight.check(config, plan.replicas)
+    preflight.check(config, plan.replicas, file_inspector())
     run_dir = create_run_dir(config)
     run_dir.plan_json.write_text(plan.to_json())
     lock = RunLock.acquire(run_dir.path)  # before the store lists it as running
@@ -139,7 +140,7 @@ def prepare_resume(run_folder: Path, inventory: GpuInventory | None = None,
                 f"resume. Export its model, or start a new run.")
         inventory = inventory if inventory is not None else query_inventory()
         plan = _plan(config, inventory, store, allow_busy)
-        preflight.check(config, plan.replicas)
+        preflight.check(config, plan.replicas, file_inspector())
         run_dir.plan_json.write_text(plan.to_json())
         run_id = None
         if store is not None:

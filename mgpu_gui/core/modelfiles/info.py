@@ -44,6 +44,8 @@ class ModelFileInfo:
     keras_version: str | None = None
     lambda_layers: tuple[str, ...] = field(default=())
     wrapper: WrapperInfo | None = None
+    # A trained file holds its optimizer's slots (None: could not tell, or a .py file).
+    optimizer_state: bool | None = None
 
 
 def lambda_refused(info: ModelFileInfo, names: str | None = None) -> str:

@@ -12,6 +12,7 @@ with `ast`; nothing from the file is executed. What is read becomes a
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import zipfile
 import zlib
@@ -22,6 +23,7 @@ import h5py
 
 from mgpu_gui.core.errors import ModelError
 from mgpu_gui.core.modelfiles.info import ModelFileInfo, ModelFormat, info_from_config, loss_name
+from mgpu_gui.core.modelfiles.optimizer_state import has_optimizer_state
 
 _SUFFIX_FORMATS: dict[str, ModelFormat] = {
     ".keras": "keras", ".h5": "h5", ".hdf5": "h5", ".py": "py",
@@ -42,11 +44,10 @@ def inspect_model_file(path: str | Path) -> ModelFileInfo:
     if not path.is_file():
         what = "is a folder" if path.is_dir() else "not found"
         raise ModelError(f"model file {what}: {path}. Check the path, or use 'demo'.")
-    if fmt == "keras":
-        return _inspect_keras(path)
-    if fmt == "h5":
-        return _inspect_h5(path)
-    return _inspect_py(path)
+    if fmt == "py":
+        return _inspect_py(path)
+    info = _inspect_keras(path) if fmt == "keras" else _inspect_h5(path)
+    return dataclasses.replace(info, optimizer_state=has_optimizer_state(path))
 
 
 # -- .keras -----------------------------------------------------------------

@@ -8,25 +8,32 @@ give later, and leaves no files behind. What only the built model can tell (a
 from __future__ import annotations
 
 import importlib.util
-import io
 import os
-import struct
-import zipfile
-from pathlib import Path
-from typing import BinaryIO
-
-import h5py
+from collections.abc import Sequence
+from typing import Protocol
 
 from mgpu_gui.core.config import DEMO, RunConfig
 from mgpu_gui.core.datasets import fit_check
-from mgpu_gui.core.datasets.inspection import DataInfo, LabelKind, inspect_data
+from mgpu_gui.core.datasets.inspection import DataInfo, LabelKind
 from mgpu_gui.core.errors import DataError, ModelError, OutputError, UserError
 from mgpu_gui.core.modelfiles.info import ModelFileInfo, lambda_refused
-from mgpu_gui.core.modelfiles.inspection import inspect_model_file
 from mgpu_gui.core.runs import checkpoints
 
 
-def check(config: RunConfig, replicas: int,
+class FileReader(Protocol):
+    """Who reads the user's files: the file inspector child (core.children.inspector).
+
+    Passed in rather than imported: untrusted files are parsed in a child, and
+    the children package builds on this one.
+    """
+
+    def inspect_model(self, path: str | os.PathLike[str]) -> ModelFileInfo: ...
+
+    def inspect_data(self, source: str | os.PathLike[str], *,
+                     image_size: Sequence[int] | None = None) -> DataInfo: ...
+
+
+def check(config: RunConfig, replicas: int, reader: FileReader,
           disk: bool = True) -> tuple[ModelFileInfo | None, DataInfo]:
     """Raise the first problem found; return what was learned for display.
 
@@ -37,10 +44,10 @@ def check(config: RunConfig, replicas: int,
         raise UserError("TensorBoard logs need the tensorboard package, which TensorFlow 2.21 "
                         "no longer installs: pip install 'mgpu-gui[tensorboard]', or train "
                         "without --tensorboard.")
-    model = None if config.model == DEMO else inspect_model_file(config.model)
-    data = inspect_data(config.data, image_size=config.image_size)
+    model = None if config.model == DEMO else reader.inspect_model(config.model)
+    data = reader.inspect_data(config.data, image_size=config.image_size)
     if config.validation_data is not None:
-        inspect_data(config.validation_data, image_size=config.image_size)
+        reader.inspect_data(config.validation_data, image_size=config.image_size)
     if model is not None:
         check_model_fits(config, model, data)
     check_batch_fits(config, replicas, data)
@@ -92,77 +99,17 @@ def check_output_disk(config: RunConfig, model: ModelFileInfo | None) -> None:
         reason = "Read-only file system" if readonly else "Permission denied"
         raise OutputError(f"Cannot write to output folder {root}: {reason}. "
                           f"Choose a folder you can write to (--output-dir).")
-    size = checkpoint_estimate(model.path) if model is not None else None
+    size = checkpoint_estimate(model) if model is not None else None
     need = checkpoints.space_needed(size, len(config.export_formats))
     checkpoints.check_free_space(root, need)
 
 
-def checkpoint_estimate(path: Path) -> int | None:
+def checkpoint_estimate(model: ModelFileInfo) -> int | None:
     """Bytes of one checkpoint of this model: the file, x3 when it holds no optimizer state."""
     try:
-        size = path.stat().st_size
-        has_state = _has_optimizer_state(path)
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+        size = model.path.stat().st_size
+    except OSError:
         return None
-    if size == 0 or path.suffix.lower() == ".py":
+    if size == 0 or model.format == "py" or model.optimizer_state is None:
         return None
-    return size if has_state else size * checkpoints.ADAM_FACTOR
-
-
-def _has_optimizer_state(path: Path) -> bool:
-    """Adam and co. keep slots as large as the weights; a trained file already has them."""
-    suffix = path.suffix.lower()
-    if suffix == ".keras":
-        with open(path, "rb") as raw, _weights_entry(raw, path) as entry, \
-                h5py.File(entry, "r") as weights:
-            variables = weights.get("optimizer/vars")
-            return variables is not None and len(variables) > 2  # beyond step and rate
-    if suffix in (".h5", ".hdf5"):
-        with h5py.File(path, "r") as weights:
-            return "optimizer_weights" in weights
-    return False
-
-
-def _weights_entry(raw: BinaryIO, path: Path) -> _Window:
-    """The `.keras` zip's weights file, read in place: Keras stores it uncompressed, and
-    zipfile's own reader rereads from the start on every backward seek (Python 3.11)."""
-    with zipfile.ZipFile(path) as archive:
-        info = archive.getinfo("model.weights.h5")
-    if info.compress_type != zipfile.ZIP_STORED:
-        raise ValueError("compressed weights")
-    raw.seek(info.header_offset)
-    header = raw.read(30)
-    if header[:4] != b"PK\x03\x04":
-        raise ValueError("bad zip entry")
-    name_length, extra_length = struct.unpack("<HH", header[26:30])
-    return _Window(raw, info.header_offset + 30 + name_length + extra_length, info.file_size)
-
-
-class _Window(io.RawIOBase):
-    """A read-only, seekable view of `size` bytes of `raw` from `start`."""
-
-    def __init__(self, raw: BinaryIO, start: int, size: int):
-        super().__init__()
-        self._raw, self._start, self._size, self._pos = raw, start, size, 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
-    def readinto(self, buffer) -> int:
-        count = max(0, min(len(buffer), self._size - self._pos))
-        self._raw.seek(self._start + self._pos)
-        data = self._raw.read(count)
-        buffer[:len(data)] = data
-        self._pos += len(data)
-        return len(data)
+    return size if model.optimizer_state else size * checkpoints.ADAM_FACTOR

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mgpu_gui.core.children.inspector import file_inspector
 from mgpu_gui.core.children.launch import Child, module_command
 from mgpu_gui.core.children.runner import ChildProcesses, died_text
 from mgpu_gui.core.config import DEMO, DeviceKind, DeviceSelection, RunConfig
@@ -101,7 +102,7 @@ def plan_search(request: BatchRequest, inventory: GpuInventory | None = None,
                          f"needs more memory than this one-replica probe.")
     # The inputs only (nothing is written); the batch is checked against the data below.
     _, data = preflight.check(config.replace(batch_per_replica=1, tensorboard=False), 1,
-                              disk=False)
+                              file_inspector(), disk=False)
     train_samples = data.split_counts(config.validation_split)[0]
     data_limit = train_samples // full.replicas
     if data_limit < 1:

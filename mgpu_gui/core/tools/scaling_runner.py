@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mgpu_gui.core.children.inspector import file_inspector
 from mgpu_gui.core.children.launch import Child, module_command
 from mgpu_gui.core.children.runner import ChildProcesses, died_text
 from mgpu_gui.core.config import DEMO, DeviceKind, DeviceSelection, RunConfig
@@ -135,7 +136,7 @@ def plan_scaling(request: ScaleRequest, inventory: GpuInventory | None = None) -
                         f"{which}; choose more or smaller counts.")
     # The inputs only: every count's batch is checked below, and nothing is written.
     _, data = preflight.check(config.replace(batch_per_replica=1, tensorboard=False), 1,
-                              disk=False)
+                              file_inspector(), disk=False)
     train_samples = data.split_counts(config.validation_split)[0]
     global_batch = request.global_batch or config.batch_per_replica * counts[-1]
     plans = []

@@ -5,7 +5,9 @@ slow enough to be felt on the GUI thread, and the checks run after every edit.
 So each read is cached by what it depends on: the path, its size and mtime, and
 for an image folder the image size. Everything else (the global batch, the
 validation split, whether model and data fit) is recomputed from the cached
-results on every check without touching a file.
+results on every check without touching a file. The files themselves are
+parsed in the file inspector child (core.children.inspector): a damaged or
+hostile file costs a message, not the window.
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from mgpu_gui.core.children.inspector import file_inspector
 from mgpu_gui.core.config import DEMO, RunConfig
-from mgpu_gui.core.datasets.inspection import DataInfo, inspect_data
+from mgpu_gui.core.datasets.inspection import DataInfo
 from mgpu_gui.core.errors import DataError, ModelError, UserError
 from mgpu_gui.core.modelfiles.info import ModelFileInfo
-from mgpu_gui.core.modelfiles.inspection import inspect_model_file
 from mgpu_gui.core.runs import preflight
 
 GENERAL = ""  # problems that belong to no field of the form
@@ -110,15 +112,15 @@ class SetupChecker:
 
     def _read_model(self, path: str) -> tuple[ModelFileInfo | None, str | None]:
         key = (path, file_stamp(path))
-        return self._model.get(key, lambda: inspect_model_file(path), path)
+        return self._model.get(key, lambda: file_inspector().inspect_model(path), path)
 
     def _read_data(self, path: str, image_size: Sequence[int]
                    ) -> tuple[DataInfo | None, str | None]:
         stamp = file_stamp(path)
         folder = stamp is not None and stamp[2]
         key = (path, stamp, tuple(image_size) if folder else None)
-        return self._data.get(key, lambda: inspect_data(path, image_size=image_size),
-                              path)
+        return self._data.get(
+            key, lambda: file_inspector().inspect_data(path, image_size=image_size), path)
 
 
 def attempt(field: str | None, check: Callable[[], object]) -> dict[str, str]:
