@@ -1,7 +1,10 @@
-"""The training engine: TensorFlow and Keras, imported at module level.
+"""The training engine: TensorFlow and Keras.
 
 Only ever imported inside a child process (mgpu_gui.processes), never by the
-GUI or the CLI process. Keras-level modules (models, callbacks, export,
+GUI, the CLI or the core: the import contracts in pyproject.toml check it.
+Some modules import TensorFlow inside functions where order matters (the
+device environment is set before TensorFlow starts; `tf_facts` captures what
+TensorFlow prints as it starts). Keras-level modules (models, callbacks, export,
 unwrap, precision, demo) are backend-neutral in what they do; the
 TensorFlow-specific ones (strategy, pipeline, xla, multiworker, tf_facts) are
 what a second backend (JAX) would add beside them.

@@ -12,8 +12,8 @@ Measured with TensorFlow 2.21 / Keras 3.15:
 - A full disk: `model.save` raises OSError(ENOSPC); h5py raises OSError with
   "errno = 28" in its text; TensorFlow's own file writes say RESOURCE_EXHAUSTED,
   so disk space is checked before memory.
-TensorFlow is imported only when a failure is explained, so this module stays
-light to import (the architecture test checks every light core module).
+TensorFlow is imported only when a failure is explained, as when this module
+lived in the core; only `training` imports it now, so it could move to the top.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Load or build the model for a run, inside the strategy's scope, and compile it.
 
-Keras and TensorFlow are imported inside the functions: the GUI process
-imports this module's names without paying for (or being frozen by) them.
+Runs only in child processes (the import contracts keep the GUI, the CLI and
+the core away from `engine`); Keras is still imported inside the functions, as
+it was when this module lived in the core: moving it to the top is left to do.
 
 Pitfalls handled here (see architecture.md): everything is built or loaded
 inside `strategy.scope()` (outside it a model trains on one replica only); a

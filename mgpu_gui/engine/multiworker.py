@@ -15,8 +15,8 @@ a worker that acted alone would leave the others waiting in an all-reduce.
 Only the chief (worker 0) writes the run folder. The other workers run the
 same saves into a temporary run folder of their own, which their CLI deletes.
 
-TensorFlow is imported inside the functions (the module is imported, but not
-run, by TF-free code paths); import order: `make_cluster_strategy` first.
+TensorFlow is imported inside the functions because of the import order:
+`make_cluster_strategy` (TF_CONFIG, the coordination service) comes first.
 """
 
 from __future__ import annotations

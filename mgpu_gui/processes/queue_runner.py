@@ -1,6 +1,6 @@
 """The queue runner: one process per run store that starts queued jobs and supervises them.
 
-Started on demand (`jobqueue.ensure_runner`) by the app or `mgpu-train queue
+Started on demand (`core.children.queue_runner.ensure_runner`) by the app or `mgpu-train queue
 add`, in a session of its own, so closing the window or the terminal neither
 stops the queue nor the runs it started. Exactly one runs per store (a `flock`
 on `<store>.runner.lock`, holding its pid); it exits once nothing waits and
