@@ -183,14 +183,27 @@ def test_nvml_facts_come_from_the_inventory(nvml):
 # -- the child's answer and the texts ---------------------------------------------------------
 
 
-def test_child_output_is_parsed_or_explained():
-    line = json.dumps({"tensorflow_version": "2.21.0", "gpus": [
+def fake_facts_child(monkeypatch, code: str) -> None:
+    """The facts child replaced by `python -c code` (its events fd is sys.argv[1])."""
+    monkeypatch.setattr("mgpu_gui.core.tools.tf_facts.tf_facts_command",
+                        lambda fd: [sys.executable, "-c", code, str(fd)])
+
+
+def test_child_answer_is_parsed_or_explained(monkeypatch):
+    from mgpu_gui.core.events import TfFactsGathered
+    from mgpu_gui.core.tools.tf_facts import ask_tensorflow
+
+    event = TfFactsGathered({"tensorflow_version": "2.21.0", "gpus": [
         {"name": "/physical_device:GPU:0", "compute_capability": [9, 0]}]})
-    parsed = TfFacts.from_output(f"some print from Keras\n{line}\n", 0)
+    fake_facts_child(monkeypatch, "import os, sys; print('some print from Keras'); "
+                     f"os.write(int(sys.argv[1]), {(event.to_json() + chr(10)).encode()!r})")
+    parsed = ask_tensorflow()
     assert parsed.tensorflow_version == "2.21.0"
     assert parsed.gpus == (TfGpu("/physical_device:GPU:0", None, (9, 0)),)
-    crashed = TfFacts.from_output("", -6, "F tensorflow: Check failed\nAborted\n")
-    assert crashed.error and "exit code -6" in crashed.error and "Aborted" in crashed.error
+    fake_facts_child(monkeypatch, "import os, sys; print('F tensorflow: Check failed'); "
+                     "print('Aborted', flush=True); os.abort()")
+    crashed = ask_tensorflow()
+    assert crashed.error and "SIGABRT" in crashed.error and "Aborted" in crashed.error
 
 
 def test_version_rows_ask_then_answer():

@@ -1,16 +1,18 @@
-"""The TensorFlow probe: builds a run's model in a child process, results in a file."""
+"""The TensorFlow probe: builds a run's model in a child process, typed events out."""
 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from mgpu_gui.core.children.runner import ChildExit, ChildProcesses
 from mgpu_gui.core.config import RunConfig
-from mgpu_gui.core.tools.model_probe import probe_command
+from mgpu_gui.core.events import ModelProbed, ModelProbeFailed, parse_event
+from mgpu_gui.core.tools.model_probe import PROBE_ENV, ModelProbeJob, ProbeOutcome, probe_command
 
 BUILDER = """
 import keras
@@ -23,54 +25,73 @@ def build_model(input_shape, num_classes):
 """
 
 
-def run_probe(tmp_path: Path, config: RunConfig) -> tuple[subprocess.CompletedProcess, dict]:
-    config_path, result_path = tmp_path / "config.json", tmp_path / "result.json"
-    config_path.write_text(config.to_json())
-    done = subprocess.run(probe_command(config_path, result_path), capture_output=True,
-                          text=True, timeout=180)
-    return done, json.loads(result_path.read_text())
+def run_probe(request: dict[str, Any]) -> tuple[ChildExit[ProbeOutcome], list[str]]:
+    """The probe child run on `request` (a RunConfig's dict): how it ended, what it printed."""
+    printed: list[str] = []
+
+    def outcome(message: dict[str, Any]) -> ProbeOutcome | None:
+        event = parse_event(json.dumps(message))
+        return event if isinstance(event, ModelProbed | ModelProbeFailed) else None
+
+    ended = ChildProcesses().run(probe_command, request, PROBE_ENV, outcome, printed.append)
+    assert ended is not None
+    return ended, printed
 
 
-def test_probe_command_runs_the_module_with_this_python(tmp_path):
-    argv = probe_command(tmp_path / "c.json", tmp_path / "r.json")
-    assert argv == [sys.executable, "-m", "mgpu_gui.processes.model_probe",
-                    str(tmp_path / "c.json"), str(tmp_path / "r.json")]
+def test_probe_command_runs_the_module_with_this_python():
+    assert probe_command(7) == [sys.executable, "-m", "mgpu_gui.processes.model_probe",
+                                "--events-fd", "7"]
 
 
-def test_unreadable_config_is_reported_in_the_result(tmp_path):
-    (tmp_path / "c.json").write_text('{"no_such_setting": 1}')
-    done = subprocess.run(probe_command(tmp_path / "c.json", tmp_path / "r.json"),
-                          capture_output=True, text=True, timeout=60)
-    result = json.loads((tmp_path / "r.json").read_text())
-    assert done.returncode == 1
-    assert result["ok"] is False and "no_such_setting" in result["message"]
-    assert "tensorflow" not in done.stderr.lower()  # failed before importing TensorFlow
+def test_probe_events_round_trip():
+    done = ModelProbed("summary", 650, [8, 8, None], 10, ["built"])
+    failed = ModelProbeFailed("no", "ModelError", "Traceback", [])
+    assert parse_event(done.to_json()) == done
+    assert parse_event(failed.to_json()) == failed
+
+
+def test_unreadable_config_is_reported_in_the_result():
+    ended, printed = run_probe({"no_such_setting": 1})
+    assert ended.code == 1
+    assert isinstance(ended.result, ModelProbeFailed)
+    assert "no_such_setting" in ended.result.message
+    assert "tensorflow" not in "\n".join(printed).lower()  # failed before importing it
+
+
+def test_a_probe_that_dies_says_so(monkeypatch):
+    monkeypatch.setattr("mgpu_gui.core.tools.model_probe.probe_command",
+                        lambda fd: [sys.executable, "-c", "print('bye'); raise SystemExit(3)"])
+    result = ModelProbeJob(RunConfig()).run()
+    assert isinstance(result, ModelProbeFailed) and result.error_type == "ChildDied"
+    assert "exited with code 3" in result.message and "bye" in result.message
 
 
 @pytest.mark.slow
-def test_probe_builds_a_py_model(tmp_path):
+def test_probe_builds_a_py_model(tmp_path: Path):
     builder = tmp_path / "tiny.py"
     builder.write_text(BUILDER)
-    done, result = run_probe(tmp_path, RunConfig(model=str(builder)))
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert result["ok"] is True, result
-    assert result["params"] == 8 * 8 * 10 + 10
-    assert result["input_shape"] == [8, 8, 1]
-    assert result["output_units"] == 10
-    assert "Total params" in result["summary"]
-    assert any("built 'sequential" in line for line in result["log"])
-    assert "chatty user code" in done.stderr and done.stdout == ""
+    ended, printed = run_probe(RunConfig(model=str(builder)).to_dict())
+    result = ended.result
+    assert ended.code == 0, printed[-20:]
+    assert isinstance(result, ModelProbed), result
+    assert result.params == 8 * 8 * 10 + 10
+    assert result.input_shape == [8, 8, 1]
+    assert result.output_units == 10
+    assert "Total params" in result.summary
+    assert any("built 'sequential" in line for line in result.log)
+    assert any("chatty user code" in line for line in printed)
 
 
 @pytest.mark.slow
-def test_probe_reports_a_failing_builder(tmp_path):
+def test_probe_reports_a_failing_builder(tmp_path: Path):
     builder = tmp_path / "broken.py"
     builder.write_text("def build_model(input_shape, num_classes):\n"
                        "    raise RuntimeError('forgot the layers')\n")
-    done, result = run_probe(tmp_path, RunConfig(model=str(builder)))
-    assert done.returncode == 1
-    assert result["ok"] is False
-    assert result["error_type"] == "ModelError"
-    assert result["message"] == ("broken.py: build_model() failed at line 2: "
-                                 "RuntimeError: forgot the layers")
-    assert "Traceback" in result["traceback"]
+    ended, _ = run_probe(RunConfig(model=str(builder)).to_dict())
+    result = ended.result
+    assert ended.code == 1
+    assert isinstance(result, ModelProbeFailed)
+    assert result.error_type == "ModelError"
+    assert result.message == ("broken.py: build_model() failed at line 2: "
+                              "RuntimeError: forgot the layers")
+    assert "Traceback" in result.traceback

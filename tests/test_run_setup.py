@@ -299,11 +299,11 @@ def test_newer_probe_request_kills_the_older(panel, qtbot, tmp_path):
     builder.write_text("import time\ntime.sleep(60)\ndef build_model():\n    pass\n")
     panel.set_model_path(builder)
     panel.check_now()
-    first = panel._build.probe._process
+    first = panel._build.probe._thread
     assert first is not None
     panel.model_edit.setText("demo")
     panel.check_now()
-    assert panel._build.probe._process is None
+    assert panel._build.probe._thread is None
     qtbot.waitUntil(lambda: not panel._build.probe._retired, timeout=10_000)
     assert panel.model_status.text() == ""
 

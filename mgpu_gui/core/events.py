@@ -271,3 +271,40 @@ class InspectFailed(Event):
 
 
 EVENT_TYPES.update({cls.type: cls for cls in (InspectorReady, FileInspected, InspectFailed)})
+
+
+# -- the model probe (processes/model_probe.py, core/tools/model_probe.py) -------------------
+@dataclass(frozen=True)
+class ModelProbed(Event):
+    """The probe child built the run's model on the CPU."""
+
+    type: ClassVar[str] = "model_probed"
+    summary: str
+    params: int
+    input_shape: list[int | None]  # without the batch axis
+    output_units: int | None
+    log: list[str] = field(default_factory=list)  # what loading the model said
+
+
+@dataclass(frozen=True)
+class ModelProbeFailed(Event):
+    """The model could not be built (or the probe died without saying); `message` is for
+    the user, `error_type` "DataError" points at the data, anything else at the model."""
+
+    type: ClassVar[str] = "model_probe_failed"
+    message: str
+    error_type: str
+    traceback: str = ""  # for a bug report
+    log: list[str] = field(default_factory=list)
+
+
+# -- the TensorFlow facts child (processes/tf_facts.py, core/tools/tf_facts.py) --------------
+@dataclass(frozen=True)
+class TfFactsGathered(Event):
+    """What TensorFlow says about this machine: a `doctor.TfFacts` as plain data."""
+
+    type: ClassVar[str] = "tf_facts_gathered"
+    facts: dict[str, Any]
+
+
+EVENT_TYPES.update({cls.type: cls for cls in (ModelProbed, ModelProbeFailed, TfFactsGathered)})

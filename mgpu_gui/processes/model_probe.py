@@ -1,34 +1,36 @@
 """Child entry for the checks that need TensorFlow: build the run's model, on the CPU.
 
-    python -m mgpu_gui.processes.model_probe CONFIG_JSON_PATH RESULT_JSON_PATH
+    python -m mgpu_gui.processes.model_probe --events-fd N  < config.json
 
-It loads or builds the run's model the way training does (same `load_model`,
-same input shape and class count from the data), but under the default
-strategy on the CPU, and writes what it found to RESULT_JSON_PATH (the format
-and the parent's side: `mgpu_gui.core.tools.model_probe`). The result goes to
-a file, not stdout, because user code (a `.py` builder) and TensorFlow print
-freely; stdout is sent to stderr so nothing the user's code prints can be
-mistaken for a result. TensorFlow is imported inside `probe()` only.
+It loads or builds the run's model (a `RunConfig` as JSON on stdin) the way
+training does (same `load_model`, same input shape and class count from the
+data), but under the default strategy on the CPU, and ends with `ModelProbed`
+or `ModelProbeFailed` as a JSON line on the inherited pipe `N` (the parent's
+side: `mgpu_gui.core.tools.model_probe`). User code (a `.py` builder) and
+TensorFlow print freely, so stdout is sent to stderr and the result travels
+only on the events pipe. TensorFlow is imported inside `probe()` only.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import sys
 import traceback
-from pathlib import Path
 from typing import Any
 
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.errors import UserError
-from mgpu_gui.core.tools.model_probe import write_result
+from mgpu_gui.core.events import ModelProbed, ModelProbeFailed
+from mgpu_gui.core.tools.model_probe import ProbeOutcome
 
 
-def probe(config: RunConfig) -> dict[str, Any]:
-    """Build the model of `config` on the CPU; the result dict (never raises)."""
+def probe(config: RunConfig) -> ProbeOutcome:
+    """Build the model of `config` on the CPU; what was built or why not (never raises)."""
     lines: list[str] = []
     try:
-        return {"ok": True, **_build(config, lines.append), "log": lines}
+        return ModelProbed(**_build(config, lines.append), log=lines)
     except UserError as exc:
         return _failure(str(exc), exc, lines)
     except Exception as exc:  # a bug or an unexpected library error: keep the traceback
@@ -62,36 +64,29 @@ def _build(config: RunConfig, log: Any) -> dict[str, Any]:
     }
 
 
-def _failure(message: str, exc: BaseException, lines: list[str]) -> dict[str, Any]:
-    return {
-        "ok": False,
-        "message": message,
-        "error_type": type(exc).__name__,
-        "traceback": "".join(traceback.format_exception(exc)),
-        "log": lines,
-    }
+def _failure(message: str, exc: BaseException, lines: list[str]) -> ModelProbeFailed:
+    return ModelProbeFailed(message, type(exc).__name__,
+                            "".join(traceback.format_exception(exc)), lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2:
-        print("usage: python -m mgpu_gui.processes.model_probe CONFIG_JSON_PATH "
-              "RESULT_JSON_PATH", file=sys.stderr)
-        return 2
+    parser = argparse.ArgumentParser(prog="mgpu_gui.processes.model_probe")
+    parser.add_argument("--events-fd", type=int, required=True)
+    args = parser.parse_args(argv)
     os.environ["CUDA_VISIBLE_DEVICES"] = ""  # before TensorFlow is imported: CPU only
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    # Whatever user code prints goes to stderr; the result file is the only output.
+    # Whatever user code prints goes to stderr; the events pipe carries the only result.
     sys.stdout.flush()
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    config_path, result_path = Path(args[0]), Path(args[1])
-    try:
-        config = RunConfig.from_json(config_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError, TypeError, UserError) as exc:
-        result = _failure(f"cannot read the run settings {config_path}: {exc}", exc, [])
-    else:
-        result = probe(config)
-    write_result(result_path, result)
-    return 0 if result["ok"] else 1
+    with os.fdopen(args.events_fd, "w", buffering=1, encoding="utf-8") as pipe:
+        try:
+            config = RunConfig.from_dict(json.loads(sys.stdin.read()))
+        except (ValueError, TypeError, UserError) as exc:
+            result: ProbeOutcome = _failure(f"cannot read the run settings: {exc}", exc, [])
+        else:
+            result = probe(config)
+        pipe.write(result.to_json() + "\n")
+    return 0 if isinstance(result, ModelProbed) else 1
 
 
 if __name__ == "__main__":

@@ -1,23 +1,25 @@
-"""Child entry: print what TensorFlow says about this machine, as one JSON object.
+"""Child entry: say what TensorFlow sees on this machine, as one `TfFactsGathered` event.
 
-    python -m mgpu_gui.processes.tf_facts        # prints one JSON object on stdout
+    python -m mgpu_gui.processes.tf_facts --events-fd N  < {}
 
 Started by `mgpu_gui.core.tools.tf_facts` (the About dialog, "Check my
 setup…", `mgpu-train doctor`); the facts are gathered by
-`mgpu_gui.engine.tf_facts.gather`. Whatever TensorFlow or Keras print goes to
-stderr, so stdout holds only the JSON; TensorFlow's own log lines about CUDA,
-GPUs and NCCL are added to it as `messages` (they explain a missing GPU).
+`mgpu_gui.engine.tf_facts.gather` and written as a JSON line to the inherited
+pipe `N`, so nothing TensorFlow or Keras print can corrupt them. TensorFlow's
+own log lines about CUDA, GPUs and NCCL are added to them as `messages` (they
+explain a missing GPU).
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
-import json
 import os
 import re
 import sys
 import tempfile
 
+from mgpu_gui.core.events import TfFactsGathered
 from mgpu_gui.engine.tf_facts import gather
 
 # TensorFlow log lines worth showing a user who asks why a GPU is not used.
@@ -53,24 +55,23 @@ def _captured_stderr():
             lines.extend(text.splitlines())
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="mgpu_gui.processes.tf_facts")
+    parser.add_argument("--events-fd", type=int, required=True)
+    args = parser.parse_args(argv)
     # Warnings and errors only: TensorFlow says why it skips a GPU at WARNING level.
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "1"
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # as runs number GPUs
-    real_stdout = sys.stdout
-    sys.stdout = sys.stderr  # whatever TensorFlow or Keras print must not corrupt the JSON
-    try:
-        with _captured_stderr() as logged:
-            try:
-                facts = gather()
-            except Exception as exc:  # a bug here: still answer in JSON
-                facts = {"error": f"checking TensorFlow failed: {type(exc).__name__}: {exc}"}
-    finally:
-        sys.stdout = real_stdout
+    with _captured_stderr() as logged:
+        try:
+            facts = gather()
+        except Exception as exc:  # a bug here: still answer
+            facts = {"error": f"checking TensorFlow failed: {type(exc).__name__}: {exc}"}
     facts["messages"] = relevant_messages(logged)
     for line in logged:  # still visible to whoever runs this by hand
         print(line, file=sys.stderr)
-    print(json.dumps(facts))
+    with os.fdopen(args.events_fd, "w", encoding="utf-8") as pipe:
+        pipe.write(TfFactsGathered(facts).to_json() + "\n")
     return 0
 
 

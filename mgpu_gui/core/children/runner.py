@@ -7,7 +7,8 @@ what it prints (stdout and stderr) is read on a helper thread, passed on and its
 last lines kept, for the message when it dies without a result. The child starts
 in its own session, so a terminal's Ctrl-C reaches only the parent.
 `cancel()` may be called from any thread: it kills the running child, and no
-other child starts.
+other child starts. `run_child` runs one child to a typed outcome, never raising
+for what the child does (it could not start, was cancelled, died without a result).
 """
 
 from __future__ import annotations
@@ -136,6 +137,25 @@ def died_text(code: int, tail: Sequence[str]) -> tuple[str, str]:
     return how, last
 
 
+def run_child(children: ChildProcesses, command: Callable[[int], list[str]],
+              request: dict[str, Any], env: dict[str, str],
+              on_message: Callable[[dict[str, Any]], R | None], what: str,
+              failed: Callable[[str, str], R]) -> R:
+    """The child's result, or `failed(error_type, message)` when it gives none: it could
+    not start ("FailedToStart"), was cancelled ("Cancelled") or died ("ChildDied");
+    `what` starts the message ("The model check")."""
+    try:
+        ended = children.run(command, request, env, on_message)
+    except OSError as error:
+        return failed("FailedToStart", f"{what} could not start: {error}")
+    if ended is not None and ended.result is not None:
+        return ended.result
+    if ended is None or children.cancelled:
+        return failed("Cancelled", f"{what} was cancelled.")
+    how, last = died_text(ended.code, ended.tail)
+    return failed("ChildDied", f"{what} {how} before it answered.{last}")
+
+
 def cancel_on_interrupt(cancel: Callable[[], None], what: str) -> Callable[[], bool]:
     """In a terminal command: Ctrl-C (or SIGTERM) says "Cancelling the <what>..." and
     calls `cancel` (which kills the running child; it started in its own session, so
@@ -153,4 +173,4 @@ def cancel_on_interrupt(cancel: Callable[[], None], what: str) -> Callable[[], b
 
 
 __all__ = ["OUTPUT_TAIL_LINES", "ChildExit", "ChildProcesses", "cancel_on_interrupt",
-           "died_text"]
+           "died_text", "run_child"]

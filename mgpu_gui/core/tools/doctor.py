@@ -128,19 +128,6 @@ class TfFacts:
         known["cuda_packages"] = dict(data.get("cuda_packages") or {})
         return cls(**known)
 
-    @classmethod
-    def from_output(cls, stdout: str, exit_code: int, stderr: str = "") -> TfFacts:
-        """The facts child's answer (its last stdout line is the JSON), or why there is none."""
-        lines = [line for line in stdout.strip().splitlines() if line.startswith("{")]
-        if lines:
-            try:
-                return cls.from_dict(json.loads(lines[-1]))
-            except (ValueError, TypeError, KeyError) as exc:
-                return cls(error=f"the TensorFlow check answered nonsense ({exc})")
-        tail = [line for line in stderr.strip().splitlines() if line.strip()][-3:]
-        return cls(error=f"the TensorFlow check stopped with exit code {exit_code}"
-                   + (": " + " / ".join(tail) if tail else ""))
-
 
 @dataclass(frozen=True)
 class Facts:

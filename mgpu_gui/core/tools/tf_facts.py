@@ -3,31 +3,67 @@
 The About dialog, "Check my setup…" and `mgpu-train doctor` run the facts
 child (`mgpu_gui.processes.tf_facts`, command line from `tf_facts_command()`):
 the GUI process never imports TensorFlow, and a TensorFlow that aborts while
-probing CUDA takes only that child down. Its answer, one JSON object on
-stdout, is read as a `doctor.TfFacts`.
+probing CUDA takes only that child down. Its answer, a `TfFactsGathered` event
+on its events pipe, is read as a `doctor.TfFacts`; a child that cannot start,
+dies or is cancelled gives a `TfFacts` with `error` saying so. The CLI calls
+`ask_tensorflow`; the GUI runs `TfFactsJob` in a QThread (`gui.jobs.child_job`).
 """
 
 from __future__ import annotations
 
-import subprocess
+import json
+import threading
+from typing import Any
 
 from mgpu_gui.core.children.launch import Child, module_command
+from mgpu_gui.core.children.runner import ChildProcesses, run_child
+from mgpu_gui.core.events import TfFactsGathered, parse_event
 from mgpu_gui.core.tools.doctor import TfFacts
 
 
-def tf_facts_command() -> list[str]:
-    """The argv that prints this machine's TensorFlow facts as JSON (program first)."""
-    return module_command(Child.TF_FACTS)
+def tf_facts_command(events_fd: int) -> list[str]:
+    """The argv of the facts child, answering on `events_fd` (program first)."""
+    return module_command(Child.TF_FACTS, "--events-fd", str(events_fd))
 
 
-def ask_tensorflow(timeout_s: float = 180.0, env: dict[str, str] | None = None) -> TfFacts:
-    """Run the facts child and parse its answer (for the CLI; the GUI runs the same
-    command with QProcess). Never raises for what the child does."""
+class TfFactsJob:
+    """One facts child, run to its end; `cancel()` (any thread) kills it."""
+
+    def __init__(self) -> None:
+        self._children = ChildProcesses("tf-facts-output")
+
+    @property
+    def cancelled(self) -> bool:
+        return self._children.cancelled
+
+    def cancel(self) -> None:
+        self._children.cancel()
+
+    def run(self) -> TfFacts:
+        return run_child(self._children, tf_facts_command, {}, {}, _facts,
+                         "the TensorFlow check",
+                         lambda _error_type, message: TfFacts(error=message))
+
+
+def _facts(message: dict[str, Any]) -> TfFacts | None:
     try:
-        done = subprocess.run(tf_facts_command(), capture_output=True, text=True,
-                              timeout=timeout_s, env=env)
-    except subprocess.TimeoutExpired:
+        event = parse_event(json.dumps(message))
+        return TfFacts.from_dict(event.facts) if isinstance(event, TfFactsGathered) else None
+    except (ValueError, TypeError, KeyError) as exc:
+        return TfFacts(error=f"the TensorFlow check answered nonsense ({exc})")
+
+
+def ask_tensorflow(timeout_s: float = 180.0) -> TfFacts:
+    """Run the facts child and read its answer (for the CLI). Never raises for what the
+    child does; a child still running after `timeout_s` is killed."""
+    job = TfFactsJob()
+    timer = threading.Timer(timeout_s, job.cancel)
+    timer.daemon = True
+    timer.start()
+    try:
+        facts = job.run()
+    finally:
+        timer.cancel()
+    if job.cancelled:
         return TfFacts(error=f"the TensorFlow check did not answer within {timeout_s:.0f} s")
-    except OSError as exc:
-        return TfFacts(error=f"the TensorFlow check could not start: {exc}")
-    return TfFacts.from_output(done.stdout, done.returncode, done.stderr)
+    return facts

@@ -2,7 +2,7 @@
 TensorFlow reports them, with the NVIDIA driver's from NVML.
 
 The dialog opens at once. TensorFlow is asked in a child process
-(`TfFactsProbe`); until it answers, its rows say "asking TensorFlow…". The
+(`TfFactsJob` on a `ChildJobRunner`); until it answers, its rows say "asking TensorFlow…". The
 driver version comes from the GPU inventory the window already has (NVML).
 """
 
@@ -28,7 +28,8 @@ from mgpu_gui import __version__
 from mgpu_gui.core.devices.nvml import GpuInventory
 from mgpu_gui.core.tools.doctor import NvmlFacts, TfFacts
 from mgpu_gui.core.tools.doctor_report import version_rows
-from mgpu_gui.gui.jobs.tf_facts import TfFactsProbe
+from mgpu_gui.core.tools.tf_facts import TfFactsJob
+from mgpu_gui.gui.jobs.child_job import ChildJobRunner
 
 ROW_TIPS = {
     "CUDA": "The CUDA version TensorFlow was built with (tf.sysconfig.get_build_info()); "
@@ -60,7 +61,7 @@ class AboutDialog(QDialog):
         self.setAccessibleName("About mgpu-gui")
         self._nvml = NvmlFacts.from_inventory(inventory) if inventory is not None else None
         self.tf: TfFacts | None = None
-        self.probe = TfFactsProbe(self)
+        self.probe = ChildJobRunner(self)
         self.probe.finished.connect(self.set_tf_facts)
 
         title = QLabel(f"<h3>mgpu-gui {__version__}</h3>Data-parallel Keras training on this "
@@ -94,7 +95,7 @@ class AboutDialog(QDialog):
         layout.addWidget(buttons)
         self.setMinimumWidth(self.fontMetrics().horizontalAdvance("0") * 60)  # in characters
         if ask:
-            self.probe.start()
+            self.probe.start(TfFactsJob())
 
     def _add_row(self, label: str, value: str) -> None:
         field = QLabel(value)

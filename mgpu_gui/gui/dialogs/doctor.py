@@ -1,8 +1,8 @@
 """The "Check my setup…" dialog: the doctor's findings (`core.doctor`), never blocking.
 
 NVML's facts come from the inventory the window already has; TensorFlow's
-from a child process (`TfFactsProbe`, a few seconds). The dialog opens at once
-saying what it is waiting for, then lists the findings (✓ / ⚠ / ✗, each with
+from a child process (`TfFactsJob` on a `ChildJobRunner`, a few seconds). The
+dialog opens at once saying what it is waiting for, then lists the findings (✓ / ⚠ / ✗, each with
 what to do) above the facts they rest on. "Check again" asks TensorFlow anew,
 e.g. after installing the CUDA extra.
 """
@@ -29,7 +29,8 @@ from PySide6.QtWidgets import (
 from mgpu_gui.core.devices.nvml import GpuInventory
 from mgpu_gui.core.tools.doctor import Facts, Finding, NvmlFacts, Severity, TfFacts, diagnose
 from mgpu_gui.core.tools.doctor_report import SYMBOLS, format_facts, report
-from mgpu_gui.gui.jobs.tf_facts import TfFactsProbe
+from mgpu_gui.core.tools.tf_facts import TfFactsJob
+from mgpu_gui.gui.jobs.child_job import ChildJobRunner
 from mgpu_gui.gui.theme import on_background
 
 SEVERITY_COLORS = {Severity.OK: "#1a7f37", Severity.WARNING: "#9a6700",
@@ -47,7 +48,7 @@ class DoctorDialog(QDialog):
         self.nvml = NvmlFacts.from_inventory(inventory) if inventory is not None else None
         self.tf: TfFacts | None = None
         self.findings: list[Finding] = []
-        self.probe = TfFactsProbe(self)
+        self.probe = ChildJobRunner(self)
         self.probe.finished.connect(self.set_tf_facts)
 
         self.status = QLabel()
@@ -99,7 +100,7 @@ class DoctorDialog(QDialog):
         if self.probe.is_running():
             return
         self.tf = None
-        self.probe.start()
+        self.probe.start(TfFactsJob())
         self._show()
 
     def set_inventory(self, inventory: GpuInventory) -> None:

@@ -1,21 +1,23 @@
 """What only a built model can tell, kept in step with the run setup.
 
 A `.py` builder's shapes (and any model's summary) need TensorFlow, so a
-`ModelProbe` child builds the model. `BuildCheck` remembers which build
-settings the latest probe was asked for: a probe made out of date by an edit is
-killed, a `.py` builder whose instant checks pass is probed again, and a failed
-build becomes a problem on the model or the data field.
+probe child builds the model (`ModelProbeJob` on a `ChildJobRunner`).
+`BuildCheck` remembers which build settings the latest probe was asked for: a
+probe made out of date by an edit is killed (its result is dropped), a `.py`
+builder whose instant checks pass is probed again, and a failed build becomes a
+problem on the model or the data field.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
 from mgpu_gui.core.config import RunConfig
-from mgpu_gui.gui.jobs.model_probe import ModelProbe
+from mgpu_gui.core.events import ModelProbed
+from mgpu_gui.core.tools.model_probe import ModelProbeJob, ProbeOutcome
+from mgpu_gui.gui.jobs.child_job import ChildJobRunner
 from mgpu_gui.gui.jobs.setup_check import file_stamp
 
 
@@ -34,9 +36,9 @@ class BuildCheck(QObject):
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self.probe = ModelProbe(self)
+        self.probe = ChildJobRunner(self)
         self._key: Hashable = None  # the build settings the latest probe was asked for
-        self._result: dict[str, Any] | None = None
+        self._result: ProbeOutcome | None = None
         self.probe.started.connect(lambda: self.status.emit("Building model…"))
         self.probe.finished.connect(self._finished)
 
@@ -54,10 +56,10 @@ class BuildCheck(QObject):
 
     def problem(self) -> tuple[str, str] | None:
         """(field, message) of the latest build when it failed."""
-        if self._result is None or self._result.get("ok"):
+        if self._result is None or isinstance(self._result, ModelProbed):
             return None
-        field = "data" if self._result.get("error_type") == "DataError" else "model"
-        return field, self._result.get("message", "?")
+        field = "data" if self._result.error_type == "DataError" else "model"
+        return field, self._result.message
 
     def show_summary(self, config: RunConfig) -> None:
         """Build `config`'s model unless a probe is building it already."""
@@ -67,19 +69,19 @@ class BuildCheck(QObject):
     def _start(self, config: RunConfig) -> None:
         self._key = build_key(config)
         self._result = None
-        self.probe.start(config)
+        self.probe.start(ModelProbeJob(config))
 
     def shutdown(self) -> None:
         self.probe.shutdown()
 
-    def _finished(self, result: dict[str, Any]) -> None:
+    def _finished(self, result: ProbeOutcome) -> None:
         self._result = result
-        if result.get("ok"):
-            shape = "×".join(str(d) for d in result.get("input_shape") or []) or "?"
-            units = result.get("output_units")
-            self.status.emit(f"{result.get('params', 0):,} parameters · input {shape}"
+        if isinstance(result, ModelProbed):
+            shape = "×".join(str(d) for d in result.input_shape) or "?"
+            units = result.output_units
+            self.status.emit(f"{result.params:,} parameters · input {shape}"
                              + (f" · {units} outputs" if units else ""))
-            self.summary_ready.emit(str(result.get("summary", "")))
+            self.summary_ready.emit(result.summary)
         else:
             self.status.emit("The model could not be built:")
         self.finished.emit()

@@ -1,16 +1,17 @@
 """Write a model file in the background: a run's export, or a legacy wrapper unwrapped.
 
 TensorFlow runs in the export child (core/tools/export_job.py), never in the GUI;
-a QThread waits on it and hands its typed outcome back to the GUI thread. A
-child that cannot start, dies or is cancelled ends the same way: `finished`
-with a message, and the exporter is free for the next export.
+a `ChildJobRunner` (gui/jobs/child_job.py) waits on it in a QThread and hands
+its typed outcome back to the GUI thread. A child that cannot start or dies
+ends the same way: `finished` with a message, and the exporter is free for the
+next export. `cancel()` (the window is closing) reports nothing.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QThread, Signal
+from PySide6.QtCore import QObject, Signal
 from PySide6.QtWidgets import QFileDialog, QWidget
 
 from mgpu_gui.core.events import ExportDone
@@ -22,6 +23,7 @@ from mgpu_gui.core.tools.export_job import (
     done_line,
     failed_text,
 )
+from mgpu_gui.gui.jobs.child_job import ChildJobRunner
 
 FILTERS = {
     "Keras model (*.keras)": "keras",
@@ -48,19 +50,6 @@ def ask_export_target(parent: QWidget, suggested: Path,
     return target, fmt
 
 
-class _ExportThread(QThread):
-    """Runs one export job; `ended` reaches the GUI thread queued."""
-
-    ended = Signal(object)  # the job's ExportOutcome
-
-    def __init__(self, job: ExportJob, parent: QObject):
-        super().__init__(parent)
-        self.job = job
-
-    def run(self) -> None:
-        self.ended.emit(self.job.run())
-
-
 class ModelExporter(QObject):
     """Runs one export child at a time and reports its one-line result."""
 
@@ -68,33 +57,27 @@ class ModelExporter(QObject):
 
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
-        self._thread: _ExportThread | None = None
+        self._jobs = ChildJobRunner(self)
+        self._jobs.finished.connect(self._ended)
+        self._mode = ExportMode.EXPORT  # of the running export
 
     def is_running(self) -> bool:
-        return self._thread is not None
+        return self._jobs.is_running()
 
     def export(self, source: Path, target: Path, fmt: str,
                mode: ExportMode = ExportMode.EXPORT) -> None:
-        if self._thread is not None:
+        if self.is_running():
             raise RuntimeError("an export is already running")
+        self._mode = mode
         request = ExportRequest(mode, Path(source).absolute(), Path(target).absolute(), fmt)
-        thread = _ExportThread(ExportJob(request), self)
-        thread.ended.connect(self._ended)
-        self._thread = thread
-        thread.start()
+        self._jobs.start(ExportJob(request))
 
     def cancel(self) -> None:
         """Kill the running child and wait for its thread (the window is closing)."""
-        if self._thread is not None:
-            self._thread.job.cancel()
-            self._thread.wait(5000)
+        self._jobs.shutdown()
 
     def _ended(self, outcome: ExportOutcome) -> None:
-        thread, self._thread = self._thread, None
-        assert thread is not None
-        thread.wait()
-        thread.deleteLater()
         if isinstance(outcome, ExportDone):
-            self.finished.emit(True, done_line(thread.job.request.mode, outcome))
+            self.finished.emit(True, done_line(self._mode, outcome))
         else:
             self.finished.emit(False, failed_text(outcome))

@@ -1,0 +1,82 @@
+"""Run a core child job (export, model probe, TensorFlow facts) off the GUI thread.
+
+A job (`core.tools`: `ExportJob`, `ModelProbeJob`, `TfFactsJob`) runs one child
+through `ChildProcesses` and returns its typed outcome, never raising for what
+the child does: a child that cannot start or dies already ends in a failure
+outcome there. This adapter runs the job in a QThread and hands the outcome to
+the GUI thread (`finished`, queued). A newer `start` cancels the older job (its
+child is killed); a cancelled job's outcome is dropped, so only the latest
+request is ever answered.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from PySide6.QtCore import QObject, Qt, QThread, Signal
+
+SHUTDOWN_WAIT_MS = 5000  # a killed child's thread ends within milliseconds
+
+
+class ChildJob(Protocol):
+    def run(self) -> object: ...
+
+    def cancel(self) -> None: ...
+
+
+class _JobThread(QThread):
+    ended = Signal(object, object)  # this thread, the job's outcome
+
+    def __init__(self, job: ChildJob, parent: QObject):
+        super().__init__(parent)
+        self.job = job
+
+    def run(self) -> None:
+        self.ended.emit(self, self.job.run())
+
+
+class ChildJobRunner(QObject):
+    """One child job at a time; `finished(outcome)` for the latest, uncancelled one."""
+
+    started = Signal()
+    finished = Signal(object)  # the job's typed outcome
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._thread: _JobThread | None = None
+        self._retired: list[_JobThread] = []  # cancelled, their threads not yet ended
+
+    def is_running(self) -> bool:
+        return self._thread is not None
+
+    def start(self, job: ChildJob) -> None:
+        """Run `job`; a job still running is cancelled and its outcome dropped."""
+        self.cancel()
+        thread = _JobThread(job, self)
+        thread.ended.connect(self._ended, Qt.ConnectionType.QueuedConnection)
+        self._thread = thread
+        thread.start()
+        self.started.emit()
+
+    def cancel(self) -> None:
+        """Kill the running job's child without waiting; its outcome is never reported."""
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            self._retired.append(thread)
+            thread.job.cancel()
+
+    def shutdown(self) -> None:
+        """Cancel, and wait (bounded) for every job's thread: the window is closing."""
+        self.cancel()
+        for thread in self._retired:
+            thread.wait(SHUTDOWN_WAIT_MS)
+
+    def _ended(self, thread: _JobThread, outcome: object) -> None:
+        thread.wait()
+        thread.deleteLater()
+        if thread is not self._thread:  # cancelled: stale
+            if thread in self._retired:
+                self._retired.remove(thread)
+            return
+        self._thread = None
+        self.finished.emit(outcome)
