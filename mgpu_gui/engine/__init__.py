@@ -1,11 +1,13 @@
-"""The training engine: TensorFlow and Keras.
+"""The training engine: TensorFlow and Keras, imported at module level.
 
 Only ever imported inside a child process (mgpu_gui.processes), never by the
 GUI, the CLI or the core: the import contracts in pyproject.toml check it.
-Some modules import TensorFlow inside functions where order matters (the
-device environment is set before TensorFlow starts; `tf_facts` captures what
-TensorFlow prints as it starts). Keras-level modules (models, callbacks, export,
-unwrap, precision, demo) are backend-neutral in what they do; the
-TensorFlow-specific ones (strategy, pipeline, xla, multiworker, tf_facts) are
-what a second backend (JAX) would add beside them.
+Three import it inside functions because order matters: `strategy` sets the
+device environment before TensorFlow starts, `multiworker` sets TF_CONFIG
+first, and `tf_facts` captures what TensorFlow prints as it starts.
+
+Keras-level modules (models, callbacks, export, unwrap, precision, demo) are
+backend-neutral in what they do; the TensorFlow-specific ones (strategy,
+pipeline, xla, multiworker, tf_facts) are what a second backend (JAX) would
+add beside them.
 """

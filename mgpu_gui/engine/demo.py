@@ -3,16 +3,12 @@
 It follows the classic Keras multi-GPU MNIST example (two convolutions, max
 pooling, dropout, a dense layer) so the demo looks like what people already
 know, sized so that a few CPU epochs reach >= 95 % validation accuracy.
-Keras is imported inside the function: the GUI process imports this module
-and must never load TensorFlow.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    import keras
+import keras
+from keras import layers
 
 
 def build_demo_model(input_shape: tuple[int, ...], num_classes: int) -> keras.Model:
@@ -27,8 +23,6 @@ def build_demo_model(input_shape: tuple[int, ...], num_classes: int) -> keras.Mo
     vector gets the same head without the convolutions, so the demo
     model also runs on tabular `.npz` data.
     """
-    import keras
-    from keras import layers
 
     if num_classes < 2:
         raise ValueError(f"the demo model needs at least 2 classes, got {num_classes}")

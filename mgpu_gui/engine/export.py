@@ -17,9 +17,6 @@ The verifying process loads with `safe_mode=True` unless the user allowed the
 model's Lambda code, and with the same custom-objects file the run used.
 Out of scope: models with several inputs.
 
-Keras and TensorFlow are imported inside functions only: the GUI imports this
-module for `default_export_path` and `ExportResult` without loading them.
-
 The verifying child is `mgpu_gui.processes.export_verifier`, started through the
 child runner: the sample goes in as an `.npy`, the predictions come back as an
 `.npz`, and it says how it went in typed events (`ExportReloaded`, `ExportFailed`).
@@ -40,7 +37,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import keras
 import numpy as np
+import tensorflow as tf
 
 from mgpu_gui.core.children.launch import module_command
 from mgpu_gui.core.children.runner import ChildProcesses, died_text
@@ -188,7 +187,6 @@ def export_file(
         raise ExportError(
             f"{src.name} is not a Keras model file; give a .keras or .h5 file of a run."
         )
-    import keras
 
     try:
         model = keras.saving.load_model(src, compile=False, safe_mode=True)
@@ -320,7 +318,6 @@ def _dtype_name(dtype: Any) -> str:
 
 
 def _write(model: Any, tmp: Path, fmt: str) -> None:
-    import keras
 
     try:
         if fmt == "keras":
@@ -375,7 +372,6 @@ def _predict(call: Callable[[Any], Any], x: np.ndarray) -> list[np.ndarray]:
     not `model.predict`: predict would go through the model's strategy and its
     partial-batch pitfalls.
     """
-    import tensorflow as tf
 
     parts: list[list[np.ndarray]] = []
     for start in range(0, len(x), _BATCH):
@@ -471,12 +467,10 @@ def reload_and_predict(fmt: str, path: str, x: np.ndarray, safe_mode: bool,
                        custom_objects_file: str | None) -> list[np.ndarray]:
     """The verifier child's side: load the export with nothing from its writer, predict."""
     if fmt == "savedmodel":
-        import tensorflow as tf
 
         # Keep the loaded object alive: its variables die with it, not with `serve`.
         loaded = tf.saved_model.load(path)
         return _predict(lambda b: loaded.serve(b), x)
-    import keras
 
     from mgpu_gui.engine.models import load_custom_objects
 

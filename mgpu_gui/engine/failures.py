@@ -12,8 +12,6 @@ Measured with TensorFlow 2.21 / Keras 3.15:
 - A full disk: `model.save` raises OSError(ENOSPC); h5py raises OSError with
   "errno = 28" in its text; TensorFlow's own file writes say RESOURCE_EXHAUSTED,
   so disk space is checked before memory.
-TensorFlow is imported only when a failure is explained, as when this module
-lived in the core; only `training` imports it now, so it could move to the top.
 """
 
 from __future__ import annotations
@@ -24,16 +22,15 @@ import traceback
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+import tensorflow as tf
 
 from mgpu_gui.core.config import DeviceKind, RunConfig
 from mgpu_gui.core.devices.plan import DevicePlan
 from mgpu_gui.core.errors import ExportError, OutputError, UserError
 from mgpu_gui.core.runs import checkpoints as ckpt
 from mgpu_gui.core.runs.folder import RunDir
-
-if TYPE_CHECKING:
-    from mgpu_gui.engine.callbacks import EpochCheckpoints, EpochTracker
+from mgpu_gui.engine.callbacks import EpochCheckpoints, EpochTracker, NonFiniteWeights
 
 _MAX_TEXT = 600
 # "(0) INVALID_ARGUMENT:  ValueError: boom\nTraceback (most recent call last):\n ..."
@@ -112,9 +109,7 @@ class Where:
 
 def explain_failure(error: BaseException, where: Where) -> BaseException:
     """A UserError for `error`, or `error` itself when there is nothing better to say."""
-    import tensorflow as tf
 
-    from mgpu_gui.engine.callbacks import NonFiniteWeights  # loads Keras: only in the worker
 
     if isinstance(error, (NonFiniteLossError, OutOfMemoryError, ModelCodeError,
                           ckpt.DiskFullError)):
@@ -214,7 +209,6 @@ def _code_failed(error: BaseException, where: Where) -> ModelCodeError:
     log_traceback(error)
     details = (f"The full traceback is in worker.log in the run folder {where.run_dir.path} "
                f"(and in the details).")
-    import tensorflow as tf
 
     py_func = _PY_FUNC.search(getattr(error, "message", None) or str(error)) if isinstance(
         error, tf.errors.OpError) else None

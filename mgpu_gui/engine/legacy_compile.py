@@ -2,17 +2,16 @@
 
 Used for loaded `.h5` files (engine.models) and for templates recovered from
 multi-GPU wrappers (engine.unwrap); its own module so that neither of those
-imports the other. Keras is imported inside the functions.
+imports the other.
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    import keras
+import keras
 
 Log = Callable[[str], None]
 
@@ -20,7 +19,6 @@ Log = Callable[[str], None]
 def compile_from_training_config(model: keras.Model, training: dict[str, Any], log: Log,
                                  source: str = "the file") -> bool:
     """Compile as a Keras 2 `training_config` says; False (logged) when it cannot be used."""
-    import keras
 
     try:
         opt_cfg = training["optimizer_config"]
@@ -61,7 +59,6 @@ def _legacy_metrics(metrics: Any, n_outputs: int) -> Any:
 
 
 def _legacy_metric(metric: Any) -> Any:
-    import keras
 
     if not isinstance(metric, dict):
         return metric

@@ -1,9 +1,5 @@
 """Load or build the model for a run, inside the strategy's scope, and compile it.
 
-Runs only in child processes (the import contracts keep the GUI, the CLI and
-the core away from `engine`); Keras is still imported inside the functions, as
-it was when this module lived in the core: moving it to the top is left to do.
-
 Pitfalls handled here (see architecture.md): everything is built or loaded
 inside `strategy.scope()` (outside it a model trains on one replica only); a
 compiled legacy `.h5` is loaded with `compile=False` and compiled again inside
@@ -27,7 +23,10 @@ import traceback
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import keras
+import tensorflow as tf
 
 from mgpu_gui.core.config import DEMO, RunConfig
 from mgpu_gui.core.datasets import fit_check
@@ -36,9 +35,6 @@ from mgpu_gui.core.modelfiles.info import ModelFileInfo, lambda_refused
 from mgpu_gui.core.modelfiles.inspection import inspect_model_file, read_h5_training_config
 from mgpu_gui.engine import precision
 from mgpu_gui.engine.legacy_compile import compile_from_training_config, describe_loss
-
-if TYPE_CHECKING:
-    import keras
 
 Log = Callable[[str], None]
 _ONEHOT_LOSSES = {"categoricalcrossentropy", "categoricalfocalcrossentropy", "categoricalhinge"}
@@ -119,7 +115,6 @@ def _unwrap(info: ModelFileInfo, custom_objects: dict[str, Any], log: Log) -> ke
 
 def _load_file(info: ModelFileInfo, config: RunConfig, custom_objects: dict[str, Any],
                log: Log) -> keras.Model:
-    import keras
 
     if info.has_lambda and not config.allow_unsafe_code:
         raise ModelError(lambda_refused(info, ", ".join(info.lambda_layers)))
@@ -160,7 +155,6 @@ def _load_error(info: ModelFileInfo, exc: Exception) -> ModelError:
 
 def _build_from_py(path: Path, input_shape: tuple[int, ...], num_classes: int,
                    log: Log) -> keras.Model:
-    import keras
 
     module = _import_user_file(path)
     build = getattr(module, "build_model", None)
@@ -240,7 +234,6 @@ def _user_line(exc: BaseException, path: Path) -> str:
 # -- compiling --------------------------------------------------------------
 def compile_model(model: keras.Model, config: RunConfig, log: Log) -> None:
     """Compile with the run's optimizer and learning rate, loss (or one fit for the output)."""
-    import keras
 
     optimizer = type(keras.optimizers.get(config.optimizer.lower()))(
         learning_rate=config.learning_rate)
@@ -252,7 +245,6 @@ def compile_model(model: keras.Model, config: RunConfig, log: Log) -> None:
 
 
 def _auto_loss(model: keras.Model, log: Log) -> Any:
-    import keras
 
     units, activation = output_layer_info(model)
     if units == 1 and activation == "sigmoid":
@@ -270,7 +262,6 @@ def _auto_loss(model: keras.Model, log: Log) -> Any:
 
 
 def _metric_for(name: str, loss: Any) -> Any:
-    import keras
 
     # "accuracy" thresholds a binary output at 0.5, which is wrong for logits.
     if name in ("accuracy", "acc") and getattr(loss, "from_logits", False) and isinstance(
@@ -297,7 +288,6 @@ def sync_batchnorm(model: keras.Model, log: Log) -> keras.Model:
     state). A subclassed model cannot be rebuilt, so its layers are switched in
     place, which works because the flag is read when the model is first traced.
     """
-    import keras
 
     count = sum(isinstance(layer, keras.layers.BatchNormalization) and not layer.synchronized
                 for layer in _all_layers(model))
@@ -334,7 +324,6 @@ def _all_layers(model: Any) -> list[Any]:
 
 def _is_graph_model(model: Any) -> bool:
     """Functional or Sequential all the way down: clone_model can rebuild it."""
-    import keras
 
     def graph(m: Any) -> bool:
         return any(c.__name__ in ("Functional", "Sequential") for c in type(m).__mro__)
@@ -375,7 +364,6 @@ def label_mapper(wants_onehot: bool | None, label_kind: str, num_classes: int | 
     reverse) are converted, not refused; their range is checked before, by
     `fit_check.check_label_range`.
     """
-    import tensorflow as tf
 
     if wants_onehot is True and label_kind == "sparse" and num_classes:
         return (lambda x, y: (x, tf.one_hot(tf.cast(tf.reshape(y, [-1])[0], tf.int32),
@@ -402,7 +390,6 @@ def check_model_fits_data(model: keras.Model, input_shape: tuple[int, ...], num_
 
 def model_summary(model: keras.Model) -> str:
     """The text of `model.summary()`; a wrapper around one nested model shows that model."""
-    import keras
 
     # A wrapper (e.g. a legacy multi-GPU model) holds one model plus weightless plumbing.
     inner = [layer for layer in model.layers if isinstance(layer, keras.Model)]

@@ -1,8 +1,8 @@
 """Mixed precision: applying the run's policy to its model, in the worker.
 
 Which policy the hardware supports (the hint the run setup shows) is plain
-Python: `mgpu_gui.core.devices.precision_hint`. Here Keras is imported inside
-the functions; the policy must be set before the model is built or loaded:
+Python: `mgpu_gui.core.devices.precision_hint`. The policy must be set
+before the model is built or loaded:
 
 - `set_global_policy` first: layers built by the demo or a `.py` builder take it.
 - `apply_policy` after building or loading. A `.keras`/`.h5` file's layers keep
@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import keras
+import numpy as np
 
 from mgpu_gui.core.config import PRECISIONS
 from mgpu_gui.core.devices.precision_hint import BFLOAT16, FLOAT16, FLOAT32, MIXED
-
-if TYPE_CHECKING:
-    import keras
 
 Log = Callable[[str], None]
 
@@ -40,7 +40,6 @@ Log = Callable[[str], None]
 def set_global_policy(precision: str) -> None:
     """Set Keras' global dtype policy; before anything is built or loaded, every run
     (a process may run several jobs, so float32 is set explicitly too)."""
-    import keras
 
     keras.mixed_precision.set_global_policy(precision)
 
@@ -48,7 +47,6 @@ def set_global_policy(precision: str) -> None:
 def apply_policy(model: keras.Model, precision: str, *, loaded: bool, input_shape: Sequence[int],
                  log: Log) -> None:
     """Give `model` the run's policy, its output in float32; call inside the strategy's scope."""
-    import keras
 
     layers = _policy_layers(model)
     plain = [layer for layer in layers if not isinstance(layer, keras.Model)]
@@ -83,7 +81,6 @@ def apply_policy(model: keras.Model, precision: str, *, loaded: bool, input_shap
 
 def ensure_loss_scaling(model: keras.Model, precision: str, log: Log) -> None:
     """Under mixed_float16 the optimizer must scale the loss; compiled models included."""
-    import keras
 
     if precision != FLOAT16 or model.optimizer is None:
         return
@@ -118,7 +115,6 @@ def layer_policies(model: keras.Model) -> dict[str, str]:
 
 
 def _policy_layers(model: Any) -> list[Any]:
-    import keras
 
     layers = [model, *model._flatten_layers(include_self=False, recursive=True)]
     return [layer for layer in layers if not isinstance(layer, keras.layers.InputLayer)]
@@ -152,8 +148,6 @@ def _float32_outputs(model: Any) -> list[Any]:
 def _output_dtypes(model: Any, input_shape: Sequence[int]) -> list[str]:
     """The dtypes a real call gives: the in-place policies are read at call time, not
     in the functional graph's symbolic tensors."""
-    import keras
-    import numpy as np
 
     try:
         dtype = str(getattr(model.inputs[0].dtype, "name", model.inputs[0].dtype))

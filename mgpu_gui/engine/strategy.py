@@ -4,7 +4,7 @@ Order matters and is checked: `apply_device_env` before TensorFlow is imported
 (CUDA reads CUDA_VISIBLE_DEVICES once), then `make_strategy` before anything
 makes TensorFlow initialise its devices (logical CPU devices and GPU memory
 growth can only be configured before). TensorFlow is imported inside the
-functions only, so importing this module stays cheap and Qt processes safe.
+functions only, so a worker can import this module before TensorFlow starts.
 """
 
 from __future__ import annotations

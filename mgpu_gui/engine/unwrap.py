@@ -22,7 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import h5py
+import keras
 import numpy as np
+from keras.src.saving import saving_lib
+from keras.src.utils.naming import to_snake_case
 
 from mgpu_gui.core.errors import ModelError
 from mgpu_gui.core.modelfiles.inspection import inspect_model_file
@@ -109,7 +113,6 @@ def recover_model(path: str | Path, *, custom_objects: dict[str, Any] | None = N
 
 
 def _h5_configs(path: Path) -> tuple[dict[str, Any], dict | None, dict | None]:
-    import h5py
 
     with h5py.File(path, "r") as h5:
         config = json.loads(_text(h5.attrs["model_config"]))
@@ -188,7 +191,6 @@ def _layer_entries(model_config: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 
 def _known_layer(node: dict[str, Any], custom_objects: dict[str, Any]) -> bool:
-    import keras
 
     name = str(node.get("class_name"))
     if name in custom_objects or node.get("registered_name") in custom_objects:
@@ -197,7 +199,6 @@ def _known_layer(node: dict[str, Any], custom_objects: dict[str, Any]) -> bool:
 
 
 def _build_template(file: str, template: dict[str, Any], custom_objects: dict[str, Any]) -> Any:
-    import keras
 
     entry = _normalized(template)
     cls = keras.Sequential if entry["class_name"] == "Sequential" else keras.Model
@@ -211,7 +212,6 @@ def _build_template(file: str, template: dict[str, Any], custom_objects: dict[st
 
 def _after_layers(file: str, levels: list[Level], custom_objects: dict[str, Any]
                   ) -> tuple[list[tuple[str, Any]], list[str]]:
-    import keras
 
     appended: list[tuple[str, Any]] = []
     skipped: list[str] = []
@@ -236,7 +236,6 @@ def _after_layers(file: str, levels: list[Level], custom_objects: dict[str, Any]
 
 
 def _append(model: Any, layers: list[Any]) -> Any:
-    import keras
 
     if isinstance(model, keras.Sequential):
         return keras.Sequential([keras.Input(batch_shape=model.inputs[0].shape,
@@ -249,7 +248,6 @@ def _append(model: Any, layers: list[Any]) -> Any:
 
 
 def _leaf_layers(model: Any) -> list[Any]:
-    import keras
 
     leaves: list[Any] = []
     for layer in model.layers:
@@ -262,7 +260,6 @@ def _leaf_layers(model: Any) -> list[Any]:
 
 # .h5: weights by layer name
 def _set_h5_weights(path: Path, model: Any, skip: set[str]) -> int:
-    import h5py
 
     stored: dict[str, list[tuple[str, np.ndarray]]] = {}
     with h5py.File(path, "r") as h5:
@@ -332,9 +329,6 @@ def _match(file: str, layer: Any, entries: list[tuple[str, np.ndarray]]) -> list
 # .keras: weights by saved object path
 def _set_keras_weights(path: Path, levels: list[Level], template: Any,
                        appended: list[tuple[str, Any]]) -> int:
-    import h5py
-    from keras.src.saving import saving_lib
-    from keras.src.utils.naming import to_snake_case
 
     with zipfile.ZipFile(path) as archive:
         data = io.BytesIO(archive.read("model.weights.h5"))
@@ -387,7 +381,6 @@ def _unique(name: str, used: dict[str, int]) -> str:
 
 
 def _count_datasets(h5: Any, where: str) -> int:
-    import h5py
 
     if where not in h5:
         return 0

@@ -14,14 +14,14 @@ all-reduce, the loss and the optimizer's update stay outside XLA. Measured on
 A model XLA cannot compile (an op with no XLA kernel, e.g. `tf.numpy_function`)
 fails at its first step; `compile_error` recognises that, and training.py
 turns XLA off (`disable`) and trains on without it.
-
-TensorFlow is imported inside the functions (importing this module stays cheap).
 """
 
 from __future__ import annotations
 
 import re
 from typing import Any
+
+import tensorflow as tf
 
 _UNSUPPORTED = re.compile(
     r"unsupported operations when trying to compile graph \S+ on (\S+?):\s*([\w, ]+?)\s*[(\n]")
@@ -40,7 +40,6 @@ def unsupported_layers(model: Any) -> list[str]:
 
 def enable(model: Any) -> None:
     """Compile the model's call with XLA from its next trace on."""
-    import tensorflow as tf
 
     disable(model)
     model.call = tf.function(model.call, jit_compile=True, reduce_retracing=True)
