@@ -295,8 +295,7 @@ def test_inspect_data_never_imports_tensorflow(tmp_path):
     code = textwrap.dedent(f"""
         import sys
         from mgpu_gui.core.datasets.batching import steps
-        from mgpu_gui.engine.pipeline import inspect_data
-        from mgpu_gui.engine.demo import build_demo_model
+        from mgpu_gui.core.datasets.inspection import inspect_data
         for source in ("demo", {npz!r}, {str(folder)!r}):
             inspect_data(source)
         assert "tensorflow" not in sys.modules and "keras" not in sys.modules, "TF imported"

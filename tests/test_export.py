@@ -289,9 +289,9 @@ def test_random_sample_is_deterministic(models: dict[str, Trained]) -> None:
     np.testing.assert_array_equal(a, b)
 
 
-def test_importing_export_does_not_load_tensorflow() -> None:
-    """The GUI imports this module for paths and results; TensorFlow must stay out."""
-    code = ("import sys, mgpu_gui.engine.export; "
+def test_importing_the_export_parent_side_does_not_load_tensorflow() -> None:
+    """The GUI and the CLI start exports through this module; TensorFlow stays in the child."""
+    code = ("import sys, mgpu_gui.core.tools.export_job; "
             "assert not {'tensorflow', 'keras'} & set(sys.modules), 'TF imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 

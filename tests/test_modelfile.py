@@ -181,7 +181,7 @@ def test_swapped_suffixes(tmp_path):
 
 def test_no_tensorflow_or_keras_import():
     code = (
-        "import sys, mgpu_gui.core.modelfiles.inspection, mgpu_gui.engine.models\n"
+        "import sys, mgpu_gui.core.modelfiles.inspection\n"
         "bad = [m for m in ('tensorflow', 'keras', 'tf_keras') if m in sys.modules]\n"
         "assert not bad, bad\n"
     )
