@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import dataclasses
 import os
 import select
 import subprocess
@@ -27,10 +26,8 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
-from enum import Enum
 from pathlib import Path
-from types import UnionType
-from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import Any, TypeVar
 
 from mgpu_gui.core.children.launch import Child, module_command
 from mgpu_gui.core.children.runner import died_text
@@ -47,6 +44,7 @@ from mgpu_gui.core.events import (
     parse_event,
 )
 from mgpu_gui.core.modelfiles.info import ModelFileInfo
+from mgpu_gui.core.plain import from_plain
 
 DEADLINE_S = 2.0
 # A cold start imports numpy and h5py: ~0.2 s idle, seconds on a busy machine.
@@ -261,32 +259,6 @@ def _cache_key(request: InspectRequest) -> Hashable | None:
 
 def _name(request: InspectRequest) -> str:
     return os.path.basename(request.path) or request.path
-
-
-def from_plain(cls: type[T], data: dict[str, Any]) -> T:
-    """A dataclass back from its JSON form: tuples, paths, enums and nested dataclasses."""
-    hints = get_type_hints(cls)
-    return cls(**{f.name: _decode(hints[f.name], data[f.name])
-                  for f in dataclasses.fields(cls) if f.name in data})
-
-
-def _decode(hint: Any, value: Any) -> Any:
-    if value is None:
-        return None
-    origin = get_origin(hint)
-    if origin in (Union, UnionType):
-        kinds = [kind for kind in get_args(hint) if kind is not type(None)]
-        return _decode(kinds[0], value) if len(kinds) == 1 else value
-    if origin is tuple:
-        args = get_args(hint)
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_decode(args[0], item) for item in value)
-        return tuple(_decode(arg, item) for arg, item in zip(args, value, strict=True))
-    if dataclasses.is_dataclass(hint):
-        return from_plain(hint, value)
-    if isinstance(hint, type) and issubclass(hint, Enum | Path):
-        return hint(value)
-    return value
 
 
 _shared: FileInspector | None = None
