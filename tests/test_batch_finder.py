@@ -20,6 +20,7 @@ import pytest
 
 from mgpu_gui.cli import main as cli
 from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig
+from mgpu_gui.core.datasets.batching import steps
 from mgpu_gui.core.devices.nvml import GpuInfo, GpuInventory, NvmlState
 from mgpu_gui.core.errors import ConfigError, UserError
 from mgpu_gui.core.tools.batch_finder import (
@@ -35,6 +36,7 @@ from mgpu_gui.core.tools.batch_search import (
     ProbeStatus,
     SearchSettings,
     build_report,
+    data_cap,
     describe,
     format_memory,
     format_table,
@@ -43,6 +45,7 @@ from mgpu_gui.core.tools.batch_search import (
     parse_memory,
     recommended_batch,
     search,
+    use_text,
 )
 
 NO_GPU = GpuInventory(NvmlState.NO_DRIVER)
@@ -133,20 +136,45 @@ def test_out_of_memory_before_the_first_step_ends_the_search_at_once():
     assert describe(report).startswith("Not even a batch of 8 per CPU replica fits")
 
 
-def test_when_every_batch_fits_the_largest_allowed_is_used_without_a_margin():
+def test_when_every_batch_fits_the_largest_allowed_less_the_margin_is_used():
     settings = SearchSettings(start=8, max_batch=1000)
     probe = memory_model(base=0, per_sample=1, cap=10 ** 9)
     results = search(settings, probe)
     assert probe.tried == [8, 16, 32, 64, 128, 256, 512, 1000]
     report = build_report(results, settings, device_kind="gpu", device_name="GPU 0",
                           devices=2, max_batch=1000)
-    assert report.ended is Ended.MAX_BATCH and report.recommended == 1000
+    assert report.ended is Ended.MAX_BATCH and report.recommended == 896  # 900, down to x8
     assert "memory was not the limit" in describe(report)
-    by_data = build_report(search(settings, probe, max_batch=700), settings,
-                           device_kind="gpu", device_name="GPU 0", devices=2, max_batch=700,
-                           data_limit=700)
-    assert by_data.ended is Ended.DATA_LIMIT and by_data.recommended == 700
-    assert "the most the training set allows on 2 GPUs" in describe(by_data)
+    assert "Use 896 per GPU: 10% below it" in describe(report)
+
+
+def test_the_training_set_caps_the_batch_at_eight_steps_per_epoch():
+    """Issue 14: 1,350 training samples on 2 CPU replicas were offered 675 per replica,
+    one step per epoch, with no margin taken off."""
+    cap, note = data_cap(1350, 2, 8)
+    assert cap == 84 and steps(1350, 2 * cap) >= 8 > steps(1350, 2 * (cap + 1))
+    assert "at most 84 per device on 2 devices for at least 8 steps per epoch" in note
+    settings = SearchSettings()
+    probe = memory_model(base=0, per_sample=1, cap=10 ** 9)
+    results = search(settings, probe, max_batch=cap)
+    assert probe.tried == [8, 16, 32, 64, 84]
+    report = build_report(results, settings, device_kind="cpu", device_name="CPU:0",
+                          devices=2, max_batch=cap, data_limit=cap, train_samples=1350)
+    assert report.ended is Ended.DATA_LIMIT and report.largest_fit == 84
+    assert (report.recommended, report.global_batch, report.steps_per_epoch) == (72, 144, 9)
+    assert use_text(report) == "Use 72 per CPU replica (144 global, 9 steps per epoch)"
+    text = describe(report)
+    assert "the most the training set allows for 8 steps per epoch on 2 CPU replicas" in text
+    assert "Use 72 per CPU replica: 10% below it" in text
+    assert "Global batch: 144 = 72 x 2 CPU replicas, 9 steps per epoch of the 1,350" in text
+
+
+def test_data_too_small_for_eight_steps_caps_the_batch_at_one_and_says_so():
+    assert data_cap(12, 2, 8) == (1, "The training set (12 samples) is too small for 8 steps "
+                                     "per epoch on 2 devices: even a batch of 1 per device "
+                                     "leaves 6.")
+    assert data_cap(16, 2, 8)[0] == 1 and data_cap(1797, 1, 1)[0] == 1797
+    assert SearchSettings(min_steps=0).problems() == [("min_steps", "must be at least 1, got 0")]
 
 
 def test_an_error_that_is_not_about_memory_stops_the_search():
@@ -225,7 +253,9 @@ def test_probes_run_on_the_chosen_gpu_with_the_least_memory():
     assert plan.probe_plan.env["CUDA_VISIBLE_DEVICES"] == "GPU-test-1"
     assert any("the chosen GPU with the least memory" in n for n in plan.notes)
     assert plan.cap_bytes is None  # on a GPU: until out of memory
-    assert plan.data_limit == 1455 // 3 and plan.max_batch == 1455 // 3  # the demo's 1455
+    # The demo's 1455 training samples, 8 steps per epoch on 3 GPUs.
+    assert plan.data_limit == plan.max_batch == 1455 // 24 and plan.train_samples == 1455
+    assert any("at most 60 per device on 3 devices" in n for n in plan.notes)
 
 
 def test_on_cpu_without_a_cap_the_available_memory_is_the_cap(tmp_path):
@@ -272,7 +302,9 @@ def fake_command(mode: str = "run", kill_at: int = 10 ** 9):
 
 def cpu_request(cap: int | None = 800 * MB, **settings) -> BatchRequest:
     config = RunConfig(devices=DeviceSelection(kind=DeviceKind.CPU, replicas=2))
-    return BatchRequest(config, SearchSettings(**{"start": 64, "precision": 0.0, **settings}),
+    # One step per epoch allowed: the demo's 1455 samples then leave memory the limit.
+    settings = {"start": 64, "precision": 0.0, "min_steps": 1, **settings}
+    return BatchRequest(config, SearchSettings(**settings),
                         cap)
 
 
@@ -367,7 +399,7 @@ def test_cli_finds_the_largest_batch_under_a_memory_cap_on_cpu(tmp_path):
     cap = 10 ** 9
     args = ["find-batch", "--cpu", "--replicas", "1", "--model", model, "--data", data,
             "--val-split", "0", "--memory-cap", "1GB", "--start-batch", "128",
-            "--max-batch", "2048", "--tolerance", "0.25", "--json"]
+            "--max-batch", "2048", "--tolerance", "0.25", "--min-steps", "1", "--json"]
     done = subprocess.run([sys.executable, "-m", "mgpu_gui.cli.main", *map(str, args)],
                           capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -386,6 +418,8 @@ def test_cli_finds_the_largest_batch_under_a_memory_cap_on_cpu(tmp_path):
     assert min(too_big) - report.largest_fit <= max(8, 0.25 * report.largest_fit)
     assert report.recommended == recommended_batch(report.largest_fit, 0.1, 8)
     assert report.global_batch == report.recommended  # one replica
+    steps_text = f"{2048 // report.recommended} steps per epoch of the 2,048 training samples"
+    assert steps_text in json.loads(done.stdout)["summary"]
     assert f"[probe 1] batch {probes[0].batch}:" in done.stderr
 
 
@@ -412,6 +446,8 @@ def dialog(qtbot):
 
 
 def test_dialog_shows_each_probe_and_offers_the_recommendation(dialog, qtbot):
+    """The demo's 1455 training samples on 2 CPU replicas: memory would allow 296 per
+    replica under 0.8 GB, but 8 steps per epoch allow at most 90, less the margin 80."""
     dialog.cap_spin.setValue(0.8)  # GB
     dialog.start_spin.setValue(64)
     dialog.tolerance_spin.setValue(0)
@@ -419,17 +455,18 @@ def test_dialog_shows_each_probe_and_offers_the_recommendation(dialog, qtbot):
     with qtbot.waitSignal(dialog.controller.finished, timeout=60_000):
         dialog.start_button.click()
         assert dialog.is_running() and not dialog.start_button.isEnabled()
-    assert dialog.report.largest_fit == 296 and dialog.report.recommended == 264
-    assert dialog.table.rowCount() == len(dialog.report.probes)
+    assert dialog.report.largest_fit == 90 and dialog.report.recommended == 80
+    assert dialog.table.rowCount() == len(dialog.report.probes) == 2
     assert dialog.table.item(0, 0).text() == "64"
     assert dialog.table.item(0, 1).text() == "564 MB"
-    assert "264 per CPU replica" in dialog.result.text()
+    assert "Use 80 per CPU replica" in dialog.result.text()
+    assert "9 steps per epoch" in dialog.result.text()
     assert dialog.status.text().startswith("Done:")
     assert dialog.use_button.isEnabled()
-    assert dialog.use_button.text() == "&Use 264 per CPU replica"
+    assert dialog.use_button.text() == "&Use 80 per CPU replica (160 global, 9 steps per epoch)"
     with qtbot.waitSignal(dialog.use_batch, timeout=1000) as used:
         dialog.use_button.click()
-    assert used.args == [264]
+    assert used.args == [80]
 
 
 def test_dialog_cancel_kills_the_probe(dialog, qtbot):

@@ -23,6 +23,7 @@ from mgpu_gui.core.tools.batch_finder import BatchFinder, BatchProgress, BatchRe
 from mgpu_gui.core.tools.batch_search import (
     DEFAULT_MARGIN,
     DEFAULT_MAX_BATCH,
+    DEFAULT_MIN_STEPS,
     DEFAULT_PRECISION,
     DEFAULT_START,
     DEFAULT_STEPS,
@@ -37,7 +38,8 @@ from mgpu_gui.core.tools.batch_search import (
 )
 
 SEARCH_FLAGS = {"start": "--start-batch", "max_batch": "--max-batch", "precision": "--tolerance",
-                "margin": "--margin", "steps": "--probe-steps", "memory_cap": "--memory-cap"}
+                "margin": "--margin", "steps": "--probe-steps", "min_steps": "--min-steps",
+                "memory_cap": "--memory-cap"}
 # Train flags that change nothing about a step's memory: accepted, not shown in --help.
 _HIDDEN = {"batch_per_replica", "epochs", "learning_rate", "early_stopping", "es_patience",
            "es_monitor", "reduce_lr", "rl_factor", "rl_patience", "output_dir", "run_name",
@@ -49,8 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "find-batch", help="find the largest batch per GPU that fits in memory",
         description="Try growing batches per device (8, 16, 32, ...), each in a short-lived "
                     "worker process on one GPU (or one CPU replica), until one runs out of "
-                    "memory or passes --memory-cap; then narrow down. Prints every probe, the "
-                    "largest batch that fits, and a recommendation with a safety margin. A "
+                    "memory or passes --memory-cap (or leaves fewer than --min-steps steps per "
+                    "epoch); then narrow down. Prints every probe, the largest batch that "
+                    "fits, and a recommendation with a safety margin. A "
                     "probe that runs out of memory fails alone, in its own process.")
     add_train_arguments(p, hidden=_HIDDEN, helps={
         "json": "print the probes and the result as JSON",
@@ -73,6 +76,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--margin", type=float, default=DEFAULT_MARGIN,
                    help=f"the recommendation is this fraction below the largest batch that "
                         f"fits, rounded down to a multiple of 8 (default {DEFAULT_MARGIN})")
+    p.add_argument("--min-steps", type=int, default=DEFAULT_MIN_STEPS,
+                   help=f"the fewest steps per epoch of the training set a batch may leave "
+                        f"on your devices: no larger batch is tried (default "
+                        f"{DEFAULT_MIN_STEPS}; when even 1 per device leaves fewer, 1 is tried)")
     p.add_argument("--probe-steps", type=int, default=DEFAULT_STEPS,
                    help=f"training steps per probe (default {DEFAULT_STEPS})")
     p.set_defaults(func=run)
@@ -82,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     settings = SearchSettings(start=args.start_batch, max_batch=args.max_batch,
                               precision=args.tolerance, margin=args.margin,
-                              steps=args.probe_steps)
+                              steps=args.probe_steps, min_steps=args.min_steps)
     found = settings.problems()
     if found:
         raise ConfigError([(SEARCH_FLAGS.get(name, name), text) for name, text in found])

@@ -38,6 +38,7 @@ from mgpu_gui.core.tools.batch_search import (
     ProbeStatus,
     SearchSettings,
     build_report,
+    data_cap,
     search,
 )
 
@@ -59,7 +60,8 @@ class SearchPlan:
     probe_plan: DevicePlan  # the one device every probe runs on
     devices: int  # the run's device count
     max_batch: int
-    data_limit: int
+    data_limit: int  # the largest batch per device the training set allows (`data_cap`)
+    train_samples: int
     cap_bytes: int | None
     cap_source: str
     notes: tuple[str, ...] = ()
@@ -104,20 +106,19 @@ def plan_search(request: BatchRequest, inventory: GpuInventory | None = None,
     _, data = preflight.check(config.replace(batch_per_replica=1, tensorboard=False), 1,
                               file_inspector(), disk=False)
     train_samples = data.split_counts(config.validation_split)[0]
-    data_limit = train_samples // full.replicas
-    if data_limit < 1:
+    if train_samples < full.replicas:
         raise UserError(f"The training set has {train_samples} samples, fewer than the "
                         f"{full.replicas} devices: every device needs at least one per step.")
+    data_limit, note = data_cap(train_samples, full.replicas, settings.min_steps)
     max_batch = min(settings.max_batch, data_limit)
     if max_batch < settings.max_batch:
-        notes.append(f"The training set ({train_samples} samples) allows at most {data_limit} "
-                     f"per device on {full.replicas} devices (one global batch must fit in it).")
+        notes.append(note)
     cap, source = request.memory_cap, "given" if request.memory_cap is not None else ""
     if cap is None and full.kind is DeviceKind.CPU:
         cap = (available or available_memory)()
         source = "available memory" if cap is not None else ""
-    return SearchPlan(full.kind, probe_plan, full.replicas, max_batch, data_limit, cap, source,
-                      tuple(notes))
+    return SearchPlan(full.kind, probe_plan, full.replicas, max_batch, data_limit,
+                      train_samples, cap, source, tuple(notes))
 
 
 def _smallest_gpu(full: DevicePlan, inventory: GpuInventory) -> tuple[DevicePlan, str]:
@@ -204,6 +205,7 @@ class BatchFinder:
             self.results, self.request.settings, device_kind=plan.kind.value,
             device_name=plan.device_name, devices=plan.devices, max_batch=plan.max_batch,
             cap_bytes=plan.cap_bytes, cap_source=plan.cap_source, data_limit=plan.data_limit,
+            train_samples=plan.train_samples,
             model=_source_name(config.model), data=_source_name(config.data), notes=plan.notes,
             finished=finished)
 

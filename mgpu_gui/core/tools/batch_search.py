@@ -8,7 +8,12 @@ probes into a `BatchReport` with a recommendation.
 
 The search:
 - batches per device grow geometrically (start, x2, x4, ...) up to the largest
-  allowed, until the first batch that does not fit;
+  allowed, until the first batch that does not fit; the largest allowed is the
+  settings' or, when smaller, the largest that leaves `min_steps` (8) steps per
+  epoch of the training set on the run's devices (`data_cap`): a batch that fits
+  in memory but makes an epoch one or two updates long trains badly and shows
+  one point per epoch; when even a batch of 1 per device leaves fewer steps,
+  the cap is 1 and the report says so;
 - then a binary search between the largest batch that fit and the smallest
   that did not, on multiples of `multiple` (8), until the two are at most
   `precision` (10 %) of the fitting one apart (or one multiple apart);
@@ -20,10 +25,10 @@ The search:
 "Fits" means the probe trained its steps without running out of memory and,
 when a memory cap is set, its peak stayed at or under the cap. The
 recommendation is the largest batch that fit less a safety margin (10 % fewer
-samples, rounded down to a multiple of 8): a real run adds validation batches,
-checkpoints and, on several GPUs, all-reduce buffers that one probe does not
-see. When no probe ran out of memory (every batch up to the largest allowed
-fit), there is no limit to keep away from and the largest is the recommendation.
+samples, rounded down to a multiple of 8), also when every batch tried fit: a
+real run adds validation batches, checkpoints and, on several GPUs, all-reduce
+buffers that one probe does not see, and a batch that fit may have fit by a
+hair. Under the data cap the margin only adds steps.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from mgpu_gui.core.datasets.batching import steps
 from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.plain import to_plain
 
@@ -45,6 +51,7 @@ DEFAULT_MULTIPLE = 8
 DEFAULT_PRECISION = 0.10
 DEFAULT_MARGIN = 0.10
 DEFAULT_STEPS = 2  # the first traces and compiles; the second runs with every slot built
+DEFAULT_MIN_STEPS = 8  # steps per epoch the recommendation leaves, data permitting
 GROWTH = 2
 
 # How TensorFlow and CUDA say "out of memory" besides ResourceExhaustedError.
@@ -65,7 +72,7 @@ class Ended(StrEnum):
 
     BRACKETED = "bracketed"  # the largest fit and the smallest misfit are close enough
     MAX_BATCH = "max batch"  # every batch up to the largest allowed fit
-    DATA_LIMIT = "data limit"  # ... and the training set allows no larger global batch
+    DATA_LIMIT = "data limit"  # ... and larger leave the training set too few steps
     NOTHING_FITS = "nothing fits"
     ERROR = "error"
     CANCELLED = "cancelled"
@@ -108,6 +115,7 @@ class SearchSettings:
     precision: float = DEFAULT_PRECISION  # stop when the bracket is this fraction wide
     margin: float = DEFAULT_MARGIN  # the recommendation keeps this fraction of samples free
     steps: int = DEFAULT_STEPS  # training steps per probe
+    min_steps: int = DEFAULT_MIN_STEPS  # steps per epoch a batch must leave (data permitting)
 
     def problems(self) -> list[tuple[str, str]]:
         found = []
@@ -124,6 +132,8 @@ class SearchSettings:
             found.append(("margin", f"must be in [0, 1), got {self.margin}"))
         if self.steps < 1:
             found.append(("steps", f"must be at least 1, got {self.steps}"))
+        if self.min_steps < 1:
+            found.append(("min_steps", f"must be at least 1, got {self.min_steps}"))
         return found
 
     @classmethod
@@ -177,6 +187,21 @@ def search(settings: SearchSettings, probe: Callable[[int], ProbeResult], *,
     return results
 
 
+def data_cap(train_samples: int, devices: int, min_steps: int) -> tuple[int, str]:
+    """The largest batch per device that leaves `min_steps` full steps per epoch of
+    `train_samples` on `devices` (at least 1, which may leave fewer: the note says so),
+    and a note when the cap is below what memory could allow."""
+    cap = train_samples // (devices * min_steps)
+    on = f"on {devices} device{'s' if devices != 1 else ''}"
+    if cap < 1:
+        return 1, (f"The training set ({train_samples:,} samples) is too small for "
+                   f"{min_steps} steps per epoch {on}: even a batch of 1 per device leaves "
+                   f"{steps(train_samples, devices)}.")
+    return cap, (f"The training set ({train_samples:,} samples) allows at most {cap} per "
+                 f"device {on} for at least {min_steps} steps per epoch (fewer steps make "
+                 f"fewer updates per epoch).")
+
+
 def recommended_batch(largest: int, margin: float, multiple: int) -> int:
     """`largest` less `margin`, rounded down to a multiple of `multiple` (at least 1)."""
     kept = largest * (1 - margin)
@@ -197,7 +222,8 @@ class BatchReport:
     max_batch: int  # the largest batch allowed (settings or training set)
     cap_bytes: int | None = None
     cap_source: str = ""  # "given", "available memory"
-    data_limit: int | None = None  # training samples // devices
+    data_limit: int | None = None  # the largest batch per device `data_cap` allows
+    train_samples: int | None = None
     largest_fit: int | None = None
     recommended: int | None = None
     ended: Ended = Ended.RUNNING
@@ -208,6 +234,13 @@ class BatchReport:
     @property
     def global_batch(self) -> int | None:
         return None if self.recommended is None else self.recommended * self.devices
+
+    @property
+    def steps_per_epoch(self) -> int | None:
+        """Full steps per epoch at the recommendation (the partial last batch is dropped)."""
+        if self.global_batch is None or self.train_samples is None:
+            return None
+        return steps(self.train_samples, self.global_batch)
 
     @property
     def per_device(self) -> str:
@@ -237,21 +270,19 @@ class BatchReport:
 
 def build_report(results: Sequence[ProbeResult], settings: SearchSettings, *, device_kind: str,
                  device_name: str, devices: int, max_batch: int, cap_bytes: int | None = None,
-                 cap_source: str = "", data_limit: int | None = None, model: str = "",
-                 data: str = "", notes: Sequence[str] = (), finished: bool = True,
-                 ) -> BatchReport:
+                 cap_source: str = "", data_limit: int | None = None,
+                 train_samples: int | None = None, model: str = "", data: str = "",
+                 notes: Sequence[str] = (), finished: bool = True) -> BatchReport:
     lo, hi = bracket(results)
     ended = _ended(results, settings, max_batch, data_limit, lo, hi, finished)
     recommended = None
     if lo and ended in (Ended.BRACKETED, Ended.MAX_BATCH, Ended.DATA_LIMIT):
-        # Without an out-of-memory probe there is no limit to keep a margin from.
-        memory_limited = hi is not None
-        recommended = (recommended_batch(lo, settings.margin, settings.multiple)
-                       if memory_limited else lo)
+        recommended = recommended_batch(lo, settings.margin, settings.multiple)
     return BatchReport(
         probes=tuple(results), settings=settings, device_kind=device_kind,
         device_name=device_name, devices=devices, max_batch=max_batch, cap_bytes=cap_bytes,
-        cap_source=cap_source, data_limit=data_limit, largest_fit=lo or None,
+        cap_source=cap_source, data_limit=data_limit, train_samples=train_samples,
+        largest_fit=lo or None,
         recommended=recommended, ended=ended, model=model, data=data, notes=tuple(notes))
 
 
@@ -376,9 +407,9 @@ def describe(report: BatchReport) -> str:
     if hi is not None:
         text += f"; {hi} did not fit within {limit_text(report)}."
     elif ended is Ended.DATA_LIMIT:
-        text += (f", the most the training set allows on {report.devices} "
-                 f"{_devices(report)} (one global batch must not exceed it); memory was not "
-                 f"the limit.")
+        text += (f", the most the training set allows for {report.settings.min_steps} steps "
+                 f"per epoch on {report.devices} {_devices(report)}; memory was not the "
+                 f"limit.")
     elif ended is Ended.MAX_BATCH:
         text += (", the largest allowed: every batch tried fit, so memory was not the limit "
                  "(raise the largest batch to look further).")
@@ -388,16 +419,29 @@ def describe(report: BatchReport) -> str:
         return text + " The search was cancelled, so there is no recommendation."
     if ended is Ended.RUNNING or report.recommended is None:
         return text
-    global_batch = report.global_batch
-    if hi is not None:
+    if report.recommended == lo:
+        text += f" Use {report.recommended} {per}."
+    else:
         text += (f" Use {report.recommended} {per}: {report.settings.margin:.0%} below it "
                  f"(rounded to a multiple of {report.settings.multiple}) as headroom for what a "
                  f"real run adds (validation batches, and all-reduce buffers on several devices).")
-    else:
-        text += f" Use {report.recommended} {per}."
-    text += (f" Global batch: {global_batch} = {report.recommended} x {report.devices} "
-             f"{_devices(report)}.")
-    return text
+    text += (f" Global batch: {report.global_batch} = {report.recommended} x {report.devices} "
+             f"{_devices(report)}")
+    if report.steps_per_epoch is not None:
+        text += (f", {report.steps_per_epoch} steps per epoch of the {report.train_samples:,} "
+                 f"training samples")
+    return text + "."
+
+
+def use_text(report: BatchReport) -> str:
+    """What "use it" does: "Use 72 per CPU replica (144 global, 9 steps per epoch)"."""
+    if report.recommended is None:
+        return "Use"
+    what = [f"{report.global_batch} global"]
+    if report.steps_per_epoch is not None:
+        what.append(f"{report.steps_per_epoch} step{'s' if report.steps_per_epoch != 1 else ''}"
+                    f" per epoch")
+    return f"Use {report.recommended} {report.per_device} ({', '.join(what)})"
 
 
 def _devices(report: BatchReport) -> str:

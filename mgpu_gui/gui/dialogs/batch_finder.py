@@ -1,7 +1,8 @@
 """The batch-size finder dialog: the largest batch per GPU that fits, and "use it".
 
 `BatchFinderDialog(parent, config)` holds the search settings, each probe as
-it finishes, the result and a "Use N per GPU" button that emits `use_batch(N)`.
+it finishes, the result and a "Use N per GPU (global batch, steps per epoch)"
+button that emits `use_batch(N)`.
 A `BatchFinderController` runs the search in a QThread (one short-lived worker
 process per batch tried, see core/tools/batch_finder.py), so TensorFlow never
 loads in this process and the window never waits. Cancel, Escape and closing
@@ -29,6 +30,7 @@ from mgpu_gui.core.tools.batch_finder import BatchFinder, BatchProgress, BatchRe
 from mgpu_gui.core.tools.batch_search import (
     DEFAULT_MARGIN,
     DEFAULT_MAX_BATCH,
+    DEFAULT_MIN_STEPS,
     DEFAULT_PRECISION,
     DEFAULT_START,
     BatchReport,
@@ -37,6 +39,7 @@ from mgpu_gui.core.tools.batch_search import (
     describe,
     peak_text,
     probe_verdict,
+    use_text,
 )
 from mgpu_gui.gui.jobs.background_job import (
     BackgroundJob,
@@ -110,6 +113,10 @@ class BatchFinderDialog(JobDialog):
                                     "Stop narrowing down once the largest batch that fit and "
                                     "the smallest that did not are this close")
         self.tolerance_spin.setSuffix(" %")
+        self.min_steps_spin = spin_box(1, 10_000, DEFAULT_MIN_STEPS, "Fewest steps per epoch",
+                                       "No batch is tried that leaves fewer steps per epoch "
+                                       "of the training set on your devices (when even 1 per "
+                                       "device leaves fewer, 1 is tried)")
 
         settings = QGroupBox("What to probe")
         grid = QGridLayout(settings)
@@ -118,7 +125,8 @@ class BatchFinderDialog(JobDialog):
         labelled_grid(grid, [
             (("&Memory cap", self.cap_spin), ("&Largest batch", self.max_spin)),
             (("&First batch", self.start_spin), ("Safety ma&rgin", self.margin_spin)),
-            (("&Tolerance", self.tolerance_spin),)], first_row=1)
+            (("&Tolerance", self.tolerance_spin), ("Fewest &steps", self.min_steps_spin))],
+            first_row=1)
 
         run_row = self._run_row(
             "&Find batch size", "Find batch size",
@@ -138,7 +146,8 @@ class BatchFinderDialog(JobDialog):
 
         self.use_button = QPushButton("Use")
         self.use_button.setAccessibleName("Use the recommended batch size")
-        self.use_button.setToolTip("Set the run setup's batch per GPU to the recommendation")
+        self.use_button.setToolTip("Set the run setup's batch per GPU (or per CPU replica) to "
+                                   "the recommendation")
         self.use_button.clicked.connect(self._use)
         close = QPushButton("Close")
         close.setAccessibleName("Close batch finder")
@@ -161,7 +170,8 @@ class BatchFinderDialog(JobDialog):
         cap = round(self.cap_spin.value() * 1e9) or None
         settings = SearchSettings(start=self.start_spin.value(), max_batch=self.max_spin.value(),
                                   precision=self.tolerance_spin.value() / 100,
-                                  margin=self.margin_spin.value() / 100)
+                                  margin=self.margin_spin.value() / 100,
+                                  min_steps=self.min_steps_spin.value())
         return BatchRequest(self.config, settings, cap)
 
     def start(self) -> None:
@@ -176,13 +186,12 @@ class BatchFinderDialog(JobDialog):
         self.start_button.setEnabled(not running)
         self.cancel_button.setEnabled(running)
         for widget in (self.cap_spin, self.max_spin, self.start_spin, self.margin_spin,
-                       self.tolerance_spin):
+                       self.tolerance_spin, self.min_steps_spin):
             widget.setEnabled(not running)
         self.progress_bar.setRange(0, 0 if running else 1)  # busy: the probe count is unknown
-        recommended = self.report.recommended if self.report is not None else None
-        self.use_button.setEnabled(not running and recommended is not None)
-        per = "per GPU" if self._kind() == "gpu" else "per CPU replica"
-        self.use_button.setText(f"&Use {recommended} {per}" if recommended else "&Use")
+        ready = not running and self.report is not None and self.report.recommended is not None
+        self.use_button.setEnabled(ready)
+        self.use_button.setText("&" + use_text(self.report) if ready else "&Use")
 
     def _on_progress(self, p: BatchProgress) -> None:
         if p.phase in PHASES:
@@ -202,11 +211,6 @@ class BatchFinderDialog(JobDialog):
         self._set_running(False)
         self.progress_bar.setValue(1)
         self.start_button.setFocus()
-
-    def _kind(self) -> str:
-        if self.report is not None:
-            return self.report.device_kind
-        return "cpu" if self.config.devices.kind is DeviceKind.CPU else "gpu"
 
     # -- results ---------------------------------------------------------------
     def show_report(self, report: BatchReport) -> None:
