@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pyqtgraph as pg
 import pytest
+from PySide6.QtCore import QRectF
+from PySide6.QtGui import QImage, QPainter
 
 from mgpu_gui.core.events import (
     BatchEnd,
+    EpochEnd,
     LogMessage,
     Phase,
     RunFailed,
@@ -238,3 +243,61 @@ def test_new_run_replaces_the_curves(panel):
     assert len(panel.series("loss")[0]) == 0 and panel.best_epoch() is None
     panel.reset()
     panel.handle_event(RunFinished(status=RunStatus.STOPPED, epochs_done=0))
+
+
+# -- edges (issue 14): markers and labels at the ends of a plot are whole -------------------
+def _best_first(events):
+    """The same run with validation getting worse after epoch 1: the best is the first."""
+    changed = []
+    for event in events:
+        if isinstance(event, EpochEnd):
+            event = dataclasses.replace(event, best=event.epoch == 0, metrics={
+                **event.metrics, "val_loss": 0.3 + 0.05 * event.epoch})
+        changed.append(event)
+    return changed
+
+
+def _inside(inner: QRectF, outer: QRectF) -> bool:
+    return outer.adjusted(-0.5, -0.5, 0.5, 0.5).contains(inner)
+
+
+def _tick_label_rects(widget: pg.PlotWidget, side: str) -> list[QRectF]:
+    axis = widget.getPlotItem().getAxis(side)
+    painter = QPainter(QImage(8, 8, QImage.Format.Format_ARGB32))
+    try:
+        _, _, texts = axis.generateDrawSpecs(painter)
+    finally:
+        painter.end()
+    return [axis.mapRectToScene(rect) for rect, _, _ in texts]
+
+
+@pytest.mark.parametrize(("width", "first"), [(1000, False), (520, False), (520, True)])
+def test_best_star_label_and_tick_labels_are_whole_at_the_edges(panel, qtbot, width, first):
+    """The star on the last epoch was cut in half, "best: epoch 1" read "poch 1", and the
+    last tick label was cut at the plot's right edge."""
+    panel.resize(width, 600)
+    panel.show()
+    qtbot.waitExposed(panel)
+    events = synthetic_run(epochs=10, steps=8, best_at=20, finish=False)
+    panel.load_events(_best_first(events) if first else events)
+    assert panel.best_epoch() == (0 if first else 9)
+    for family in ("loss", "accuracy"):
+        plot = panel._plots[family]
+        view = plot.widget.getPlotItem().getViewBox()
+        star = plot.best_marker.scatter
+        assert plot.best_marker.isVisible()
+        assert _inside(star.mapRectToScene(star.boundingRect()), view.sceneBoundingRect())
+        label = plot.best_line.label
+        assert label.toPlainText().startswith(f"best: epoch {1 if first else 10}")
+        assert _inside(label.sceneBoundingRect(), view.sceneBoundingRect())
+        scene = plot.widget.getPlotItem().sceneBoundingRect()
+        for side in ("left", "bottom"):
+            rects = _tick_label_rects(plot.widget, side)
+            assert rects and all(_inside(r, scene) for r in rects), (family, side)
+
+
+def test_empty_plots_show_zero_to_one_with_both_ends_labelled(panel):
+    for widget in panel.plot_widgets():
+        (x0, x1), (y0, y1) = widget.getPlotItem().getViewBox().viewRange()
+        assert x0 < 0 < 1 < x1 and y0 < 0 < 1 < y1  # a little beyond: 0 and 1 get ticks
+        assert x1 - x0 < 1.2 and y1 - y0 < 1.2

@@ -408,6 +408,20 @@ def test_dialog_plots_measured_and_ideal_curves_and_exports(dialog, tmp_path):
     assert (image.width(), image.height()) == (1100, 520)
 
 
+def test_before_a_test_the_plots_show_devices_1_to_n_and_figures_from_0(dialog):
+    """Issue 14: the empty plots showed negative samples/s and devices -0.4 to 0.4."""
+    plot = dialog.plot
+    for devices in (4, 2):  # the fixture's 4 CPU replicas, then what the spin says
+        dialog.max_spin.setValue(devices)
+        for widget, top in ((plot.throughput, 1.0), (plot.efficiency, 110.0)):
+            item = widget.getPlotItem()
+            (x0, x1), (y0, y1) = item.getViewBox().viewRange()
+            assert (x0, x1) == pytest.approx((0.7, devices + 0.3))
+            assert (y0, y1) == pytest.approx((0, top))
+            ticks = item.getAxis("bottom")._tickLevels
+            assert ticks == [[(k, str(k)) for k in range(1, devices + 1)]]
+
+
 def test_dialog_runs_counts_in_the_background(dialog, qtbot):
     dialog.counts_edit.setText("1,2,4")
     with qtbot.waitSignal(dialog.controller.finished, timeout=60_000):

@@ -141,6 +141,8 @@ class ScalingDialog(JobDialog):
         self.status.setWordWrap(True)
 
         self.plot = ScalingPlot()
+        self.plot.clear(self.max_spin.value())
+        self.max_spin.valueChanged.connect(self._show_empty_plot)
         self.table = read_only_table(COLUMNS, "Scaling figures per device count")
         self.recommendation = QLabel("Run the test to get a recommendation.")
         self.recommendation.setAccessibleName("Recommendation")
@@ -207,7 +209,7 @@ class ScalingDialog(JobDialog):
             self._on_failed(str(error))
             return
         self.report = None
-        self.plot.clear()
+        self.plot.clear(self.max_spin.value())
         self.table.setRowCount(0)
         self.recommendation.setText("Measuring…")
         self.progress_bar.setValue(0)
@@ -225,6 +227,10 @@ class ScalingDialog(JobDialog):
         has_figures = self.report is not None and bool(self.report.ok_points())
         self.csv_button.setEnabled(not running and self.report is not None)
         self.png_button.setEnabled(not running and has_figures)
+
+    def _show_empty_plot(self) -> None:
+        if self.report is None:  # before the first test: its devices are the spin's
+            self.plot.clear(self.max_spin.value())
 
     def _on_progress(self, p: ScaleProgress) -> None:
         self.progress_bar.setValue(round(1000 * p.fraction))

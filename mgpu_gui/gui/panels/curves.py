@@ -30,7 +30,13 @@ from mgpu_gui.core.events import BatchEnd, EpochEnd, Event, RunFailed, RunFinish
 from mgpu_gui.core.series import SeriesStore, XAxis, family_of
 from mgpu_gui.gui.theme import PlotColors, plot_colors
 from mgpu_gui.gui.widgets.family_plot import FamilyPlot
-from mgpu_gui.gui.widgets.plots import batch_curve, color_plot, style_plot, thin_when_dense
+from mgpu_gui.gui.widgets.plots import (
+    EdgeViewBox,
+    batch_curve,
+    color_plot,
+    style_plot,
+    thin_when_dense,
+)
 
 # The timer redraws one plot per tick: a window repaint then paints one plot (~10 ms on
 # 2 cores, measured), never all four at once (30-80 ms, a visible stall); every plot still
@@ -222,7 +228,7 @@ class CurvesPanel(QWidget):
 
     def _build_fixed_plots(self) -> None:
         colors = self._colors
-        self._lr_plot = pg.PlotWidget()
+        self._lr_plot = pg.PlotWidget(viewBox=EdgeViewBox())
         style_plot(self._lr_plot, "learning rate")
         self._lr_plot.setTitle("Learning rate", color=colors.text, size="10pt")
         self._lr_curve = self._lr_plot.plot(pen=pg.mkPen(colors.lr, width=2), antialias=True)
@@ -347,21 +353,14 @@ class CurvesPanel(QWidget):
         monitored = family_of(self._store.best_metric or "val_loss")
         for family, plot in self._plots.items():
             point = None if epoch is None else self._store.epoch_point(family, epoch, self._x_axis)
-            if point is None or (self._log_y and point[1] <= 0):
-                plot.best_marker.setVisible(False)
-                plot.best_line.setVisible(point is not None)
-                if point is not None:
-                    plot.best_line.setValue(point[0])
+            if point is None:
+                plot.hide_best()
                 continue
             x, y, name = point
-            plot.best_marker.setData([x], [y])
-            plot.best_marker.setVisible(True)
-            plot.best_line.setVisible(True)  # first: a hidden label ignores its new text
-            plot.best_line.setValue(x)
             text = f"best: epoch {epoch + 1}"
             if family == monitored:
                 text += f"  {name} {y:.4g}"
-            plot.best_line.label.setFormat(text)
+            plot.show_best(x, None if self._log_y and y <= 0 else y, text)
 
     # -- controls ------------------------------------------------------------------
 
@@ -394,12 +393,7 @@ class CurvesPanel(QWidget):
         span = {XAxis.EPOCH: epochs, XAxis.STEP: epochs * steps}.get(
             self._x_axis)
         for widget in [p.widget for p in self._plots.values()] + [self._lr_plot]:
-            item = widget.getPlotItem()
-            if span:
-                item.enableAutoRange(x=False)
-                item.setXRange(0, span, padding=0.02)
-            else:
-                item.enableAutoRange(x=True)
+            widget.getPlotItem().getViewBox().hold_x_span((0, span) if span else None)
 
     def _redraw_all(self) -> None:
         self._dirty.update(self._store.names())

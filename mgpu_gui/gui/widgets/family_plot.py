@@ -9,7 +9,17 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 
 from mgpu_gui.gui.theme import PlotColors
-from mgpu_gui.gui.widgets.plots import batch_curve, color_plot, style_plot, thin_when_dense
+from mgpu_gui.gui.widgets.plots import (
+    EdgeViewBox,
+    batch_curve,
+    color_plot,
+    style_plot,
+    thin_when_dense,
+)
+
+# The best-epoch label sits this far (a fraction of its width) from its line.
+LABEL_GAP = 0.04
+LEFT_OF_LINE, RIGHT_OF_LINE = (1 + LABEL_GAP, 0.5), (-LABEL_GAP, 0.5)
 
 
 @dataclass
@@ -29,7 +39,7 @@ class FamilyPlot:
         Building a PlotWidget and painting it the first time are the costliest GUI work of
         a run (py-spy): build and show spare ones empty before the run starts.
         """
-        widget = pg.PlotWidget()
+        widget = pg.PlotWidget(viewBox=EdgeViewBox())
         widget.setAccessibleName(f"{title or 'Metric'} plot")
         style_plot(widget, title.lower())
         widget.setTitle(title, size="11pt")
@@ -55,7 +65,7 @@ class FamilyPlot:
             angle=90, label="",
             # Left of the line, half-way up: the best epoch is often the newest (right edge),
             # and a converging curve leaves the right half's middle empty.
-            labelOpts={"position": 0.5, "anchors": [(1.04, 0.5), (1.04, 0.5)]})
+            labelOpts={"position": 0.5, "anchors": [LEFT_OF_LINE, LEFT_OF_LINE]})
         best_marker = pg.PlotDataItem(pen=None, symbol="star", symbolSize=18, antialias=True)
         for best_item in (best_line, best_marker):
             best_item.setZValue(10)
@@ -63,6 +73,9 @@ class FamilyPlot:
             item.addItem(best_item, ignoreBounds=best_item is best_line)
         plot = cls(widget, best_marker, best_line, roles)
         plot.apply_colors(colors)
+        view = item.getViewBox()
+        view.sigXRangeChanged.connect(plot._place_best_label)
+        view.sigResized.connect(plot._place_best_label)
         return plot
 
     def bind(self, family: str) -> None:
@@ -71,12 +84,41 @@ class FamilyPlot:
         self.curves = {family: roles["batch"], f"{family}:smoothed": roles["smoothed"],
                        f"{family}:epoch": roles["epoch"], f"val_{family}": roles["val"]}
 
+    def show_best(self, x: float, y: float | None, text: str) -> None:
+        """The best epoch's line at `x` labelled `text`, and its star at (x, y) unless y
+        is None (not drawable: <= 0 on a log axis)."""
+        if y is not None:
+            self.best_marker.setData([x], [y])
+        self.best_marker.setVisible(y is not None)
+        self.best_line.setVisible(True)  # first: a hidden label ignores its new text
+        self.best_line.setValue(x)
+        self.best_line.label.setFormat(text)
+        self._place_best_label()
+
+    def hide_best(self) -> None:
+        for best_item in (self.best_line, self.best_marker):
+            best_item.setVisible(False)
+
+    def _place_best_label(self) -> None:
+        """Left of the line where the label has room (a converging curve leaves the right
+        half's middle empty), else right of it: on the first epoch, left of the line cut
+        "best: epoch 1" to "poch 1" at the plot's edge."""
+        line, view = self.best_line, self.widget.getPlotItem().getViewBox()
+        if not line.isVisible():
+            return
+        pixel = view.viewPixelSize()[0]
+        room = (line.value() - view.viewRange()[0][0]) / pixel if pixel > 0 else 0.0
+        needed = line.label.boundingRect().width() * (1 + LABEL_GAP)
+        anchor = LEFT_OF_LINE if room >= needed else RIGHT_OF_LINE
+        if line.label.anchors[0] != anchor:
+            line.label.anchors = [anchor, anchor]
+            line.label.updatePosition()
+
     def clear(self) -> None:
         """No data, no best epoch, bound to no family."""
         for curve in self.roles.values():
             curve.setData([], [])
-        for best_item in (self.best_line, self.best_marker):
-            best_item.setVisible(False)
+        self.hide_best()
         self.curves = {}
 
     def apply_colors(self, colors: PlotColors) -> None:

@@ -7,16 +7,70 @@ from PySide6.QtGui import QPen
 
 from mgpu_gui.gui.theme import PlotColors
 
+# Pixels kept free inside a view at each end of a held x span, so a marker on the last
+# epoch and the end tick labels are whole: the best-epoch star's bounds as pyqtgraph
+# reckons them ((18 px + 1 px outline) x 0.707 each side of its centre), rounded up.
+EDGE_PX = 14
+# Room right of a plot for half of its last tick label ("1000" at the right end).
+RIGHT_MARGIN_PX = 10
+
+
+class EdgeViewBox(pg.ViewBox):
+    """A view that can hold its x axis on a span with `EDGE_PX` pixels to spare at each
+    end, at any width: a span padded by a fraction cut the star on the last epoch in half
+    in a narrow plot (autoscaling pads by the markers' size itself; a held span does not)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._span: tuple[float, float] | None = None
+        self._held: tuple[float, float] | None = None  # the range last set for the span
+        self.sigResized.connect(self._follow_width)
+
+    def hold_x_span(self, span: tuple[float, float] | None) -> None:
+        """Hold x on `span` (padded in pixels); None: autoscale x again."""
+        self._span = span
+        if span is None:
+            self._held = None
+            self.enableAutoRange(x=True)
+        else:
+            self.enableAutoRange(x=False)
+            self._apply_span()
+
+    def _apply_span(self) -> None:
+        lo, hi = self._span  # type: ignore[misc]
+        room = max(self.width() - 2 * EDGE_PX, EDGE_PX)
+        pad = EDGE_PX * (hi - lo) / room
+        self._held = (lo - pad, hi + pad)
+        self.setXRange(*self._held, padding=0)
+
+    def _follow_width(self) -> None:
+        # Only while the user has not zoomed or panned away from the held span.
+        if self._span is not None and self._held is not None and all(
+                abs(a - b) <= 1e-9 * max(1.0, abs(b))
+                for a, b in zip(self.viewRange()[0], self._held, strict=True)):
+            self._apply_span()
+
 
 def style_plot(widget: pg.PlotWidget, left: str) -> None:
-    """A metric plot's layout: plain axis numbers, the y label, a faint grid."""
+    """A metric plot's layout: plain axis numbers, the y label, a faint grid, and 0..1 on
+    both axes until there are data (not pyqtgraph's bare 0.2..0.8)."""
     item = widget.getPlotItem()
     for side in ("left", "bottom"):
         item.getAxis(side).enableAutoSIPrefix(False)  # "(x0.001)" confuses more than it helps
     item.setLabel("left", left)
     item.showGrid(x=True, y=True, alpha=0.15)
-    item.getViewBox().setAutoVisible(y=True)  # y fits the visible x range when zoomed
+    keep_edges_whole(item)
+    view = item.getViewBox()
+    view.setRange(xRange=(0, 1), yRange=(0, 1), padding=0.04)
+    view.enableAutoRange()  # no data yet: the range stays until the first curve
+    view.setAutoVisible(y=True)  # y fits the visible x range when zoomed
     widget.setMinimumSize(220, 150)
+
+
+def keep_edges_whole(item: pg.PlotItem) -> None:
+    """Room right of the view for the last tick label, which the widget's edge cut."""
+    left, top, right, bottom = item.layout.getContentsMargins()
+    item.layout.setContentsMargins(left, top, max(right, RIGHT_MARGIN_PX), bottom)
 
 
 def color_plot(widget: pg.PlotWidget, colors: PlotColors, title_size: str = "11pt") -> None:

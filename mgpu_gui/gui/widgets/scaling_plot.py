@@ -25,6 +25,8 @@ from mgpu_gui.gui.widgets.plots import color_plot
 
 MEASURED, IDEAL, GOOD, WARN, FAILED = "#1f77b4", "#8a8a8a", "#2e7d32", "#c62828", "#c62828"
 PNG_SIZE = (1100, 520)
+X_PAD = 0.3  # devices left and right of the first and last count: room for the markers
+MAX_EMPTY_TICKS = 16  # an empty plot labels every count up to this many
 
 
 def _style(widget: pg.PlotWidget, title: str, left: str) -> pg.PlotItem:
@@ -146,7 +148,9 @@ class ScalingPlot(QWidget):
             line.label.setColor(good)
         self.ideal_efficiency.label.setColor(colors.axis)
 
-    def clear(self) -> None:
+    def clear(self, devices: int = 1) -> None:
+        """No figures: devices 1..`devices` (the count the test will go up to), samples/s
+        and efficiency from 0, not pyqtgraph's empty -0.5..0.5."""
         self.report = None
         for curve in (self.ideal_curve, self.throughput_curve, self.failed_marks,
                       self.efficiency_curve):
@@ -156,6 +160,14 @@ class ScalingPlot(QWidget):
         self.ideal_efficiency.setVisible(False)
         for line in self.recommended_lines:
             line.setVisible(False)
+        devices = max(1, devices)
+        ticks = ([[(k, str(k)) for k in range(1, devices + 1)]]
+                 if devices <= MAX_EMPTY_TICKS else None)
+        for widget, top in ((self.throughput, 1.0), (self.efficiency, 110.0)):
+            item = widget.getPlotItem()
+            item.getAxis("bottom").setTicks(ticks)
+            item.setXRange(1 - X_PAD, devices + X_PAD, padding=0)
+            item.setYRange(0, top, padding=0)
 
     def set_report(self, report: ScalingReport) -> None:
         self.report = report
@@ -202,9 +214,8 @@ class ScalingPlot(QWidget):
             item = widget.getPlotItem()
             item.getAxis("bottom").setTicks(ticks)
             item.getAxis("bottom").setLabel(report.unit, color=self._colors.text)
-            pad = 0.3 if counts else 0.0
             if counts:
-                item.setXRange(min(counts) - pad, max(counts) + pad, padding=0)
+                item.setXRange(min(counts) - X_PAD, max(counts) + X_PAD, padding=0)
         ideal = self.ideal_curve.yData if self.ideal_curve.yData is not None else []
         top_rate = max([*rates, *fast, *ideal], default=1.0)
         self.throughput.getPlotItem().setYRange(0, top_rate * 1.08, padding=0)
