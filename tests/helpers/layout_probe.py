@@ -30,8 +30,7 @@ PROJECT = "/home/researcher/projects/image-classification-2025/experiments/resne
 LONG_MODEL = f"{PROJECT}/checkpoints/resnet50_multi_gpu_epoch_120_val_accuracy_0.9412.h5"
 LONG_DATA = f"{PROJECT}/data/imagenet_subset_224px_train_and_validation_arrays.npz"
 LONG_OUTPUT = f"{PROJECT}/runs/learning-rate-sweep-with-linear-scaling-and-warmup"
-GPU_NAMES = ("NVIDIA H100 80GB HBM3", "NVIDIA H100 80GB HBM3", "NVIDIA RTX 6000 Ada Generation",
-             "NVIDIA H100 80GB HBM3")
+GPU_NAMES = ("NVIDIA H100 80GB HBM3",) * 4
 OWN_PID = 4242
 VIEWS = ("window size", "run setup", "GPU panel", "rest of the window", "About",
          "Check my setup", "Train across machines", "Compare runs", "Scaling test",
