@@ -206,3 +206,22 @@ def test_source_feeds_the_panel(qtbot, nvml):
     finally:
         source.stop()
     assert panel.replicas() == 2
+
+
+def test_many_gpus_scroll_and_share_one_busy_line(qtbot, nvml, session):
+    """Four busy GPUs: the panel asks room for two rows (the rest scroll, never sideways),
+    and one warning line names them all."""
+    nvml.gpus[:] = [dataclasses.replace(nvml.gpus[1], uuid=f"GPU-{i}", processes=[(6000 + i, GiB)])
+                    for i in range(4)]
+    panel = GpuPanel(query_inventory(session))
+    qtbot.addWidget(panel)
+    feed(panel, session)
+    panel.resize(panel.sizeHint())
+    panel.show()
+    qtbot.waitExposed(panel)
+    rows = panel._scroll
+    assert rows.verticalScrollBar().maximum() > 0 and not rows.horizontalScrollBar().isVisible()
+    assert panel.sizeHint().height() < panel._pages.sizeHint().height()
+    assert panel.warning.text() == (
+        "⚠ GPUs 0, 1, 2 and 3 are busy with other processes (their pids above). Training "
+        "there shares their compute and memory.")

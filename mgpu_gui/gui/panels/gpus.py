@@ -5,21 +5,25 @@ power, fan, P-state, a two-minute sparkline and the compute processes on it
 (this app's worker highlighted). Rows are built once per inventory; each
 telemetry update only changes texts and values, so it stays cheap at any rate.
 Without a usable GPU the panel says why and offers a CPU replica count instead.
+
+Four or eight GPUs would take the whole column from the run setup: the rows scroll, and
+the panel asks for the height of `SHOWN_GPUS` of them; the header and the warning stay in
+view, and every height is asked for at the panel's width (texts wrap).
 """
 
 from __future__ import annotations
 
-import html
 from collections.abc import Iterable
 
-from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QColor, QGuiApplication, QPalette
+from PySide6.QtCore import QCoreApplication, QEvent, QSize, Qt, Signal
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import (
-    QCheckBox,
+    QFrame,
     QGridLayout,
     QHBoxLayout,
     QLabel,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QStackedWidget,
     QVBoxLayout,
@@ -27,179 +31,59 @@ from PySide6.QtWidgets import (
 )
 
 from mgpu_gui.core.config import DeviceKind, DeviceSelection
-from mgpu_gui.core.devices.nvml import NA, GpuInfo, GpuInventory, NvmlState
+from mgpu_gui.core.devices.nvml import GpuInfo, GpuInventory, NvmlState
 from mgpu_gui.core.devices.plan import DEFAULT_CPU_REPLICAS
 from mgpu_gui.core.devices.telemetry import HISTORY_WINDOW_S, GpuSnapshot, TelemetryHistory
 from mgpu_gui.core.runs.claims import DeviceUse
-from mgpu_gui.gui.theme import on_background
-from mgpu_gui.gui.widgets.gauges import FULL_COLOR, MEMORY_COLOR, WARN_COLOR, Meter, Sparkline
+from mgpu_gui.gui.panels.gpu_row import GpuRow, short_name
 
-GiB = 2**30
 MAX_CPU_REPLICAS = 64
-OWN_COLOR = "#1a7f37"
-FOREIGN_COLOR = "#9a6700"
-INDENT = 22  # under the GPU name, past the checkbox
-WAITING = "<span style='color:gray'>processes: …</span>"  # before the first snapshot
+SHOWN_GPUS = 2  # rows the panel asks room for; more scroll
+LINES_PER_GPU = 4  # grid lines of one GPU's row
 
 
-def _gib(size: int | None) -> str:
-    return NA if size is None else f"{size / GiB:.1f}"
+def _and(items: Iterable[str]) -> str:
+    """"0", "0 and 1", "0, 1 and 2"."""
+    items = list(items)
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
 
-def _short_name(name: str | None) -> str:
-    return NA if not name else name.removeprefix("NVIDIA ").strip()
+class _RowsArea(QScrollArea):
+    """The GPU rows (or the CPU page), scrolling up and down, never sideways: it asks for
+    the height of `SHOWN_GPUS` rows and, at least, of one."""
 
+    def __init__(self, pages: QStackedWidget, panel: GpuPanel):
+        super().__init__(panel)
+        self._panel = panel
+        self.setWidget(pages)
+        self.setWidgetResizable(True)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
 
-def _memory_color(fraction: float | None) -> QColor:
-    if fraction is not None and fraction >= 0.95:
-        return FULL_COLOR
-    if fraction is not None and fraction >= 0.8:
-        return WARN_COLOR
-    return MEMORY_COLOR
+    def sizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
+        return QSize(self.widget().sizeHint().width() + self._bar(),
+                     self._height_of(SHOWN_GPUS))
 
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
+        return QSize(self.widget().minimumSizeHint().width() + self._bar(), self._height_of(1))
 
-class _GpuRow:
-    """The widgets of one GPU, placed on three lines of the panel's grid."""
+    def _bar(self) -> int:
+        """Room for the vertical scroll bar, whether it shows or not: no sideways jump."""
+        return self.verticalScrollBar().sizeHint().width()
 
-    def __init__(self, gpu: GpuInfo, grid: QGridLayout, line: int, parent: QWidget):
-        self.gpu = gpu
-        self.snapshot: GpuSnapshot | None = None
-        self.use = DeviceUse()  # the app's run holding it, jobs waiting for it
-        name = _short_name(gpu.name)
-        self.check = QCheckBox(f"{gpu.index}  {name}", parent)
-        self.check.setChecked(True)
-        self.check.setAccessibleName(f"Train on GPU {gpu.index}")
-        self.check.setToolTip(f"Train on this GPU.\n{gpu.label}"
-                              + ("\nMIG mode is on: training uses its first MIG instance."
-                                 if gpu.mig_enabled else ""))
-        self.utilization = Meter(parent=parent)
-        self.utilization.setAccessibleName(f"GPU {gpu.index} utilization")
-        self.utilization.setToolTip("GPU utilization: share of the last sample period in "
-                                    "which a kernel ran")
-        self.memory = Meter(MEMORY_COLOR, parent)
-        self.memory.setAccessibleName(f"GPU {gpu.index} memory used")
-        self.memory.setToolTip("Memory used / total (GiB)")
-        self.stats = self._label(parent, "GPU temperature · power draw / enforced limit")
-        self.detail = self._label(parent, "Performance state (P0 = fastest) · fan speed")
-        self.memory_busy = self._label(
-            parent, "Memory controller busy: share of time memory was being read or written "
-            "(NVML's 'memory utilization'; how full it is shows in the bar)")
-        for label in (self.stats, self.detail, self.memory_busy):
-            label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        self.sparkline = Sparkline(HISTORY_WINDOW_S, parent)
-        self.sparkline.setAccessibleName(f"GPU {gpu.index} history")
-        self.sparkline.setToolTip("Last 2 minutes: utilization (solid blue), "
-                                  "memory used (dashed purple)")
-        self.processes = QLabel(parent)
-        self.processes.setTextFormat(Qt.TextFormat.RichText)
-        self.processes.setIndent(INDENT)
-        self.processes.setWordWrap(True)
-        self.processes.setContentsMargins(0, 0, 0, 6)  # a gap before the next GPU
-        # A grid does not ask a word-wrapped label for its height: reserve one line at least.
-        self.processes.setMinimumHeight(self.processes.fontMetrics().lineSpacing() + 6)
-        self.processes.setAccessibleName(f"GPU {gpu.index} processes")
-        self.processes.setToolTip("Compute processes on this GPU: pid (GPU memory)")
-        util_label, memory_label = QLabel("util", parent), QLabel("mem", parent)
-        for label in (util_label, memory_label):
-            label.setIndent(INDENT)
-            label.setEnabled(False)  # greyed: a caption, not a value
-        self._captions = [util_label, memory_label]
-        grid.addWidget(self.check, line, 0, 1, 2)
-        grid.addWidget(self.stats, line, 2)
-        grid.addWidget(self.sparkline, line, 3, 3, 1)
-        grid.addWidget(util_label, line + 1, 0)
-        grid.addWidget(self.utilization, line + 1, 1)
-        grid.addWidget(self.detail, line + 1, 2)
-        grid.addWidget(memory_label, line + 2, 0)
-        grid.addWidget(self.memory, line + 2, 1)
-        grid.addWidget(self.memory_busy, line + 2, 2)
-        grid.addWidget(self.processes, line + 3, 0, 1, 4)
-        self._texts: dict[QLabel, str] = {}
-        # A line from the start: the window sizes this panel before the first snapshot.
-        self._set(self.processes, WAITING)
-
-    @staticmethod
-    def _label(parent: QWidget, tooltip: str) -> QLabel:
-        label = QLabel(parent)
-        label.setToolTip(tooltip)
-        label.setTextFormat(Qt.TextFormat.PlainText)
-        return label
-
-    def _set(self, label: QLabel, text: str) -> None:
-        if self._texts.get(label) != text:  # setText relayouts; skip when unchanged
-            self._texts[label] = text
-            label.setText(text)
-
-    def widgets(self) -> list[QWidget]:
-        return [self.check, self.utilization, self.memory, self.stats, self.detail,
-                self.memory_busy, self.sparkline, self.processes, *self._captions]
-
-    def display(self, snap: GpuSnapshot | None, own_pids: set[int]) -> None:
-        self.snapshot = snap
-        if snap is None or snap.lost:
-            lost = snap is not None
-            self.utilization.set_value(None, "lost" if lost else NA)
-            self.memory.set_value(None, NA)
-            self._set(self.stats, NA)
-            self._set(self.detail, NA)
-            self._set(self.memory_busy, NA)
-            self._set(self.processes, "<i>GPU lost: NVML cannot reach it; check nvidia-smi"
-                      "</i>" if lost else self._claim_html() or WAITING)
-            return
-        util = snap.utilization_gpu
-        self.utilization.set_value(None if util is None else util / 100,
-                                   NA if util is None else f"{util}%")
-        fraction = snap.memory_fraction
-        self.memory.set_value(fraction, f"{_gib(snap.memory_used)}/{_gib(snap.memory_total)} GiB",
-                              _memory_color(fraction))
-        temperature = NA if snap.temperature_c is None else f"{snap.temperature_c}°C"
-        power = NA if snap.power_w is None else f"{snap.power_w:.0f}"
-        limit = NA if snap.power_limit_w is None else f"{snap.power_limit_w:.0f}"
-        self._set(self.stats, f"{temperature}  {power}/{limit} W")
-        fan = NA if snap.fan_percent is None else f"{snap.fan_percent}%"
-        self._set(self.detail, f"{snap.performance_state or NA}  fan {fan}")
-        busy = NA if snap.memory_busy is None else f"{snap.memory_busy}%"
-        self._set(self.memory_busy, f"busy {busy}")
-        claim = self._claim_html()
-        self._set(self.processes, (f"{claim} · " if claim else "")
-                  + _process_text(snap, own_pids | self._claimed_pids()))
-
-    def _claim_html(self) -> str:
-        return f"<b>{html.escape(self.use.text)}</b>" if self.use.text else ""
-
-    def _claimed_pids(self) -> set[int]:
-        """A GPU one of the app's runs holds: its processes are that run's."""
-        snap = self.snapshot
-        if not self.use.holder or snap is None or not snap.processes:
-            return set()
-        return {p.pid for p in snap.processes}
-
-    def foreign_processes(self, own_pids: set[int]) -> list[str]:
-        snap = self.snapshot
-        if snap is None or not snap.processes or self.use.holder:
-            return []
-        return [_process(p.pid, p.used_memory) for p in snap.processes if p.pid not in own_pids]
-
-
-def _process(pid: int, used: int | None) -> str:
-    return f"pid {pid}" + ("" if used is None else f" ({_gib(used)} GiB)")
-
-
-def _process_text(snap: GpuSnapshot, own_pids: set[int]) -> str:
-    if snap.processes is None:
-        return "<span style='color:gray'>processes: N/A</span>"
-    if not snap.processes:
-        return "<span style='color:gray'>no compute processes</span>"
-    parts = []
-    window = QGuiApplication.palette().color(QPalette.ColorRole.Window)
-    own, foreign = (on_background(c, window).name() for c in (OWN_COLOR, FOREIGN_COLOR))
-    for p in snap.processes:
-        text = html.escape(_process(p.pid, p.used_memory))
-        if p.pid in own_pids:
-            parts.append(f"<b style='color:{own}'>{text} · this run</b>")
-        else:  # someone else's: stands out, the warning below says more when checked
-            parts.append(f"<span style='color:{foreign}'>{text}</span>")
-    return " · ".join(parts)
+    def _height_of(self, shown: int) -> int:
+        pages = self.widget()
+        width = max(self.viewport().width() if self.isVisible() else 0,
+                    pages.minimumSizeHint().width())
+        full = pages.heightForWidth(width) if pages.hasHeightForWidth() else -1
+        full = full if full >= 0 else pages.sizeHint().height()
+        count = len(self._panel._rows)
+        if count <= shown:
+            return full
+        grid = self._panel._grid_host
+        rows = grid.heightForWidth(width) if grid.hasHeightForWidth() else -1
+        rows = rows if rows >= 0 else grid.sizeHint().height()
+        return full - rows + rows * shown // count
 
 
 class GpuPanel(QWidget):
@@ -212,7 +96,7 @@ class GpuPanel(QWidget):
         super().__init__(parent)
         self.setAccessibleName("GPU panel")
         self._inventory: GpuInventory | None = None
-        self._rows: list[_GpuRow] = []
+        self._rows: list[GpuRow] = []
         self._own_pids: set[int] = set()
         self._history = TelemetryHistory(HISTORY_WINDOW_S, history_interval_s)
         self._enabled_for_run = True
@@ -222,8 +106,9 @@ class GpuPanel(QWidget):
         self.header = QLabel("Looking for GPUs…", self)
         self.header.setWordWrap(True)
         outer.addWidget(self.header)
-        self._pages = QStackedWidget(self)
-        outer.addWidget(self._pages)
+        self._pages = QStackedWidget()
+        self._scroll = _RowsArea(self._pages, self)
+        outer.addWidget(self._scroll, 1)
 
         self._gpu_page = QWidget(self._pages)
         gpu_layout = QVBoxLayout(self._gpu_page)
@@ -251,7 +136,8 @@ class GpuPanel(QWidget):
         pick.addWidget(self.least_busy_button)
         pick.addStretch(1)
         gpu_layout.addLayout(pick)
-        self.warning = QLabel(self._gpu_page)
+        gpu_layout.addStretch(1)
+        self.warning = QLabel(self)
         self.warning.setWordWrap(True)
         self.warning.setTextFormat(Qt.TextFormat.PlainText)
         self.warning.setAccessibleName("GPU warning")
@@ -259,8 +145,7 @@ class GpuPanel(QWidget):
                                    "border: 1px solid #d4a72c; border-radius: 3px; "
                                    "padding: 3px; }")
         self.warning.hide()
-        gpu_layout.addWidget(self.warning)
-        gpu_layout.addStretch(1)
+        outer.addWidget(self.warning)  # below the rows, always in view
         self._pages.addWidget(self._gpu_page)
 
         self._cpu_page = QWidget(self._pages)
@@ -287,9 +172,51 @@ class GpuPanel(QWidget):
         cpu_layout.addLayout(cpu_row)
         cpu_layout.addStretch(1)
         self._pages.addWidget(self._cpu_page)
-        self._pages.hide()
+        self._scroll.hide()
+        # Rows growing (a process list wraps) change the height the panel wants.
+        self._pages.installEventFilter(self)
+        self._grid_host.installEventFilter(self)
         if inventory is not None:
             self.set_inventory(inventory)
+
+    # -- size ------------------------------------------------------------------
+
+    def sizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
+        """The height of `SHOWN_GPUS` rows, the header and the warning at this width."""
+        return QSize(super().sizeHint().width(), self._height_with(self._scroll.sizeHint()))
+
+    def minimumSizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
+        return QSize(super().minimumSizeHint().width(),
+                     self._height_with(self._scroll.minimumSizeHint()))
+
+    def _height_with(self, rows: QSize) -> int:
+        layout = self.layout()
+        margins = layout.contentsMargins()
+        width = (self.width() if self.isVisible() else super().sizeHint().width())
+        width -= margins.left() + margins.right()
+        labels = [label for label in (self.header, self.warning) if not label.isHidden()]
+        heights = [label.heightForWidth(width) for label in labels]
+        if not self._scroll.isHidden():
+            heights.append(rows.height())
+        return (sum(heights) + layout.spacing() * (len(heights) - 1)
+                + margins.top() + margins.bottom())
+
+    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        if event.size().width() != event.oldSize().width():
+            self._wanted_height_changed()  # texts wrap anew
+
+    def eventFilter(self, watched, event: QEvent) -> bool:  # noqa: N802 (Qt's name)
+        if event.type() == QEvent.Type.LayoutRequest:
+            self._wanted_height_changed()
+        return super().eventFilter(watched, event)
+
+    def _wanted_height_changed(self) -> None:
+        """Say so the way a layout change says it: a LayoutRequest to this panel (what the
+        window watches to give the panel its height) and to its parent."""
+        self._scroll.updateGeometry()  # its hints follow the rows: drop the layout's cache
+        self.updateGeometry()
+        QCoreApplication.postEvent(self, QEvent(QEvent.Type.LayoutRequest))
 
     # -- inventory -------------------------------------------------------------
 
@@ -314,7 +241,7 @@ class GpuPanel(QWidget):
         versions_text = " · ".join(v for v in versions if v)
         if inventory.state is NvmlState.OK and inventory.gpus:
             for position, gpu in enumerate(inventory.gpus):
-                row = _GpuRow(gpu, self._grid, 4 * position, self._grid_host)
+                row = GpuRow(gpu, self._grid, LINES_PER_GPU * position, self._grid_host)
                 row.check.toggled.connect(self._on_check_toggled)
                 row.check.setEnabled(self._enabled_for_run)
                 row.display(None, self._own_pids)
@@ -331,7 +258,7 @@ class GpuPanel(QWidget):
             self.reason.setText(inventory.message or "No GPU found: training runs on CPU "
                                 "replicas.")
             self._pages.setCurrentWidget(self._cpu_page)
-        self._pages.show()
+        self._scroll.show()
         self._refresh_warning()
         self.selection_changed.emit()
 
@@ -408,7 +335,7 @@ class GpuPanel(QWidget):
     def use_least_busy(self, count: int) -> list[int]:
         """Check the `count` GPUs with the lowest utilization (ties: least memory
         used, then index); unknown readings count as busiest. Returns the indices."""
-        def load(row: _GpuRow) -> tuple[int, float, float, int]:
+        def load(row: GpuRow) -> tuple[int, float, float, int]:
             snap = row.snapshot
             if snap is None or snap.lost:
                 return (1, float("inf"), float("inf"), row.gpu.index)
@@ -446,14 +373,14 @@ class GpuPanel(QWidget):
         self.selection_changed.emit()
 
     def _refresh_warning(self) -> None:
-        lines, held = [], []
+        lines, held, busy = [], [], []
         if self._rows and not any(row.check.isChecked() for row in self._rows):
             lines.append("No GPU checked: check at least one GPU to train on.")
         for row in self._rows:
             if not row.check.isChecked():
                 continue
             snap = row.snapshot
-            name = f"GPU {row.gpu.index} ({_short_name(row.gpu.name)})"
+            name = f"GPU {row.gpu.index} ({short_name(row.gpu.name)})"
             if snap is not None and snap.lost:
                 lines.append(f"{name} is lost: NVML cannot reach it. Uncheck it, and check "
                              "nvidia-smi (it may need a reset).")
@@ -462,11 +389,17 @@ class GpuPanel(QWidget):
                 held.append(str(row.gpu.index))
             foreign = row.foreign_processes(self._own_pids)
             if foreign:
-                lines.append(f"{name} is busy with another process: {', '.join(foreign)}. "
-                             "Training there shares its compute and memory.")
+                busy.append((row.gpu.index, f"{name} is busy with another process: "
+                             f"{', '.join(foreign)}. Training there shares its compute and "
+                             "memory."))
+        if len(busy) == 1:
+            lines.append(busy[0][1])
+        elif busy:  # one line for them all: the rows above name the processes
+            lines.append(f"GPUs {_and(str(index) for index, _ in busy)} are busy with other "
+                         "processes (their pids above). Training there shares their compute "
+                         "and memory.")
         if held and self._enabled_for_run:
-            which = (f"GPU {held[0]} is" if len(held) == 1 else
-                     f"GPUs {', '.join(held[:-1])} and {held[-1]} are")
+            which = f"GPU {held[0]} is" if len(held) == 1 else f"GPUs {_and(held)} are"
             lines.append(f"{which} in use by another run (shown above). Uncheck "
                          f"{'it' if len(held) == 1 else 'them'}, or Run ▸ Add to queue: the run "
                          f"starts when {'it is' if len(held) == 1 else 'they are'} free.")

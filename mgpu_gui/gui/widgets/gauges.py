@@ -18,6 +18,8 @@ UTILIZATION_COLOR = QColor("#2f81f7")
 MEMORY_COLOR = QColor("#8957e5")
 WARN_COLOR = QColor("#d29922")
 FULL_COLOR = QColor("#cf222e")
+MIN_METER_WIDTH = 60
+TEXT_PADDING = 4
 
 
 class Meter(QWidget):
@@ -34,13 +36,14 @@ class Meter(QWidget):
         self._color = QColor(color)
         self._base_color = QColor(color)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
-        self.setMinimumWidth(90)
+        self._text_width = 0  # the widest text shown so far: the bar never cuts it
 
     def sizeHint(self) -> QSize:
-        return QSize(140, self.fontMetrics().height() + 4)
+        return QSize(max(140, self.minimumSizeHint().width()), self.fontMetrics().height() + 4)
 
     def minimumSizeHint(self) -> QSize:
-        return QSize(90, self.fontMetrics().height() + 4)
+        return QSize(max(MIN_METER_WIDTH, self._text_width + 2 * TEXT_PADDING),
+                     self.fontMetrics().height() + 4)
 
     @property
     def text(self) -> str:
@@ -61,6 +64,10 @@ class Meter(QWidget):
         if text != self._text:
             self._text = text
             self.setAccessibleDescription(text)
+            width = self.fontMetrics().horizontalAdvance(text)
+            if width > self._text_width:  # wider than any before: ask for the room once
+                self._text_width = width
+                self.updateGeometry()
         self.update()
 
     def paintEvent(self, event) -> None:  # noqa: N802 (Qt's name)
@@ -72,7 +79,7 @@ class Meter(QWidget):
         painter.setPen(QPen(palette.color(QPalette.ColorRole.Mid), 1))
         painter.setBrush(track)
         painter.drawRoundedRect(rect, 3, 3)
-        text_rect = rect.adjusted(4, 0, -4, 0)
+        text_rect = rect.adjusted(TEXT_PADDING, 0, -TEXT_PADDING, 0)
         align = Qt.AlignmentFlag.AlignCenter
         painter.setPen(palette.color(QPalette.ColorRole.Text))
         painter.drawText(text_rect, align, self._text)
@@ -100,7 +107,8 @@ class Sparkline(QWidget):
         self.caption = f"{window_s / 60:g} min" if window_s >= 60 else f"{window_s:g} s"
         empty = np.empty(0)
         self._t, self._util, self._mem = empty, empty, empty
-        self.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Expanding)
+        # Preferred: a narrow panel may shrink it to its minimum before cutting a text.
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Expanding)
 
     def sizeHint(self) -> QSize:
         return QSize(96, 44)
