@@ -1,7 +1,9 @@
 """The Runs tab: the run history from the store, and what can be done with past runs.
 
 The table lists every run the store knows (newest first): its state, when it
-started, its name, model, devices, epochs and best epoch. For the selected
+started, its name, model, data, devices, epochs and best epoch. Columns fit their
+contents; names and paths longer than a cap are elided in the middle (the file
+name stays), with the whole text in their tooltips. For the selected
 runs it offers: show one run's curves, compare several, resume one that was
 stopped, failed or interrupted, reveal its folder, delete runs (folder and row).
 Showing curves and resuming are the main window's to do: the panel asks by
@@ -37,6 +39,7 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
+    QHeaderView,
     QLabel,
     QMessageBox,
     QSizePolicy,
@@ -54,10 +57,12 @@ from mgpu_gui.gui.widgets.runs_table import (
     COLUMNS,
     ID_ROLE,
     SORT_ROLE,
+    Column,
     RunsTableModel,
     short_name,
 )
 
+PATH_CHARS = 32  # names and paths wider than this many average characters are elided
 REFRESH_MS = 5_000  # while visible: runs started elsewhere (the CLI) appear
 DELETE_JOIN_S = 10.0  # on shutdown, how long unfinished folder deletions may hold the exit
 
@@ -145,15 +150,19 @@ class RunsPanel(QWidget):
         table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         table.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         table.setSortingEnabled(True)
-        table.sortByColumn(1, Qt.SortOrder.DescendingOrder)
+        table.sortByColumn(Column.STARTED, Qt.SortOrder.DescendingOrder)
         table.setAlternatingRowColors(True)
         table.setWordWrap(False)
+        table.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # a path keeps its file name
         table.setShowGrid(False)
         table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         table.verticalHeader().hide()
         table.verticalHeader().setDefaultSectionSize(table.fontMetrics().height() + 8)
         header = table.horizontalHeader()
-        header.setStretchLastSection(True)
+        # Every column fits its contents ("Completed", "2 CPU replicas" whole), as rows
+        # change; only names and paths over the cap are elided (their tooltips have all).
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setMaximumSectionSize(table.fontMetrics().averageCharWidth() * PATH_CHARS)
         header.setHighlightSections(False)
         header.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
         table.setContextMenuPolicy(Qt.ContextMenuPolicy.ActionsContextMenu)
@@ -210,8 +219,6 @@ class RunsPanel(QWidget):
             return
         self.model.set_records(records)
         self.stack.setCurrentWidget(self.table if records else self.empty_label)
-        if records and not self.table.property("sized"):
-            self._size_columns()
         self._update_actions()
         self.refreshed.emit(records)
 
@@ -390,12 +397,6 @@ class RunsPanel(QWidget):
             action = self.actions_by_key[key]
             action.setEnabled(enabled)
             action.setToolTip(action.data() if enabled else f"{action.data()}. ({reason}.)")
-
-    def _size_columns(self) -> None:
-        self.table.setProperty("sized", True)
-        header = self.table.horizontalHeader()
-        self.table.resizeColumnsToContents()
-        header.resizeSection(2, max(header.sectionSize(2), 140))
 
     # -- visibility ------------------------------------------------------------------------
 
