@@ -65,6 +65,7 @@ def test_export_done_and_failed_are_said_over_any_tab(qtbot, window):
               "model.keras (reloaded in a fresh process, max prediction difference 0)")
     assert_shown(window, NoticeKind.DONE, "Export finished", "Exported keras model:",
                  "model.keras")  # the long path is elided in the middle: its end stays
+    assert on_screen(window, window.curves).contains(on_screen(window, window.notifier.toast))
     assert QApplication.focusWidget() is focused  # the toast took no focus
     window.exporter.finished.emit(False, "The disk is full: free some space.")
     assert_shown(window, NoticeKind.FAILED, "Export failed", "The disk is full")

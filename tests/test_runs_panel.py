@@ -374,7 +374,7 @@ def test_series_x_has_no_duplicate_epochs_after_show_curves(qtbot, window, tmp_p
 
 
 def test_data_column_tells_runs_apart_and_long_paths_keep_their_ends(
-        panel, store, tmp_path, monkeypatch):
+        qtbot, panel, store, tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     deep = tmp_path / "home" / "projects" / ("a-rather-long-folder-name-" * 4) / "digits.npz"
     model = tmp_path / ("models-of-the-spring-experiments-" * 3) / "convnet-wide.keras"
@@ -394,11 +394,16 @@ def test_data_column_tells_runs_apart_and_long_paths_keep_their_ends(
         assert full in panel.proxy.index(0, column).data(Qt.ItemDataRole.ToolTipRole)
     for column in (Column.STATUS, Column.STARTED, Column.DEVICES, Column.EPOCHS, Column.BEST):
         assert header.sectionSize(column) >= table.sizeHintForColumn(column), COLUMNS[column]
+    assert header.length() <= table.viewport().width()  # the whole row, no sideways scroll
     assert header.sectionSize(Column.STATUS) > metrics.horizontalAdvance("Early stopped")
     store.set_status(store.runs()[1].id, RunState.INTERRUPTED)  # a longer word arrives
     panel.refresh()
     assert header.sectionSize(Column.STATUS) >= table.sizeHintForColumn(Column.STATUS)
     assert header.sectionSize(Column.STATUS) > metrics.horizontalAdvance("Interrupted")
+    panel.resize(4000, 260)  # room enough: the paths whole
+    qtbot.waitUntil(lambda: header.sectionSize(Column.DATA) >= table.sizeHintForColumn(
+        Column.DATA))
+    assert header.sectionSize(Column.MODEL) >= table.sizeHintForColumn(Column.MODEL)
 
 
 @pytest.mark.parametrize("end, done, state, percent", [

@@ -99,7 +99,7 @@ class MainWindow(ToolDialogs, RunHistory, ExportActions, QMainWindow):
                            if self.store is not None else None)
         self._build_actions()
         self._build_layout()
-        self.notifier = Notifier(self)  # exports, queued starts, run ends: said on screen
+        self.notifier = Notifier(self, self.curves)  # exports, queued starts, run ends
         self._connect()
         self._restore_settings()
         self._devices_to_setup()
@@ -206,11 +206,13 @@ class MainWindow(ToolDialogs, RunHistory, ExportActions, QMainWindow):
         lower.setStretchFactor(0, 3)
         lower.setStretchFactor(2, 1)
         lower.setSizes([520, self.progress.sizeHint().height(), 180])
-        # No drag hides the progress bars or the tabs: each keeps its minimum size, and
-        # the handles are wide enough to find.
-        lower.setHandleWidth(max(lower.handleWidth(), 6))
-        for index in (1, 2):
-            lower.setCollapsible(index, False)
+        # No drag hides the plots, the progress bars or the tabs: each keeps its minimum
+        # size; the handles are wide lines, easy to find.
+        lower.setChildrenCollapsible(False)
+        lower.setHandleWidth(max(lower.handleWidth(), 7))
+        lower.setObjectName("lowerSplitter")
+        lower.setStyleSheet("#lowerSplitter::handle { background: palette(mid); "
+                            "margin: 2px 0; }")
         self.lower_splitter = lower
         right_layout.addWidget(lower)
 

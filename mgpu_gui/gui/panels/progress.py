@@ -93,6 +93,7 @@ class ProgressPanel(QWidget):
         layout.addWidget(self.total_eta_label, 1, 2)
         layout.addWidget(self.status_label, 2, 0, 1, 3)
         layout.setColumnStretch(1, 1)
+        layout.setRowStretch(3, 1)  # given more height (a splitter drag), the rows stay on top
         self.reset()
 
     @staticmethod

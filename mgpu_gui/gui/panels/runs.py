@@ -2,7 +2,8 @@
 
 The table lists every run the store knows (newest first): its state, when it
 started, its name, model, data, devices, epochs and best epoch. Columns fit their
-contents; names and paths longer than a cap are elided in the middle (the file
+contents; names and paths share the width the other columns leave, so the whole
+row fits where it can, and are elided in the middle when it is short (the file
 name stays), with the whole text in their tooltips. For the selected
 runs it offers: show one run's curves, compare several, resume one that was
 stopped, failed or interrupted, reveal its folder, delete runs (folder and row).
@@ -21,8 +22,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from PySide6.QtCore import (
+    QEvent,
     QItemSelection,
     QItemSelectionModel,
+    QObject,
     QSortFilterProxyModel,
     Qt,
     QTimer,
@@ -39,7 +42,6 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QMessageBox,
     QSizePolicy,
@@ -56,13 +58,14 @@ from mgpu_gui.gui.dialogs.run_compare import ComparedRun, RunCompareDialog
 from mgpu_gui.gui.widgets.runs_table import (
     COLUMNS,
     ID_ROLE,
+    PATH_COLUMNS,
     SORT_ROLE,
     Column,
     RunsTableModel,
     short_name,
 )
 
-PATH_CHARS = 32  # names and paths wider than this many average characters are elided
+PATH_CHARS = 12  # names and paths get at least this many average characters
 REFRESH_MS = 5_000  # while visible: runs started elsewhere (the CLI) appear
 DELETE_JOIN_S = 10.0  # on shutdown, how long unfinished folder deletions may hold the exit
 
@@ -87,12 +90,14 @@ class RunsPanel(QWidget):
         self._deletions: list[threading.Thread] = []
         self._dialogs: list[RunCompareDialog] = []
         self._shut_down = False
+        self._widths: dict[Column, int] = {}  # as last fitted; a user's drag stands till then
 
         self.model = RunsTableModel(self)
         self.proxy = QSortFilterProxyModel(self)
         self.proxy.setSourceModel(self.model)
         self.proxy.setSortRole(SORT_ROLE)
         self.table = self._build_table()
+        self.table.viewport().installEventFilter(self)  # its width: refit the columns
         self.empty_label = QLabel(wordWrap=True)
         self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.empty_label.setAccessibleName("No runs")
@@ -159,10 +164,6 @@ class RunsPanel(QWidget):
         table.verticalHeader().hide()
         table.verticalHeader().setDefaultSectionSize(table.fontMetrics().height() + 8)
         header = table.horizontalHeader()
-        # Every column fits its contents ("Completed", "2 CPU replicas" whole), as rows
-        # change; only names and paths over the cap are elided (their tooltips have all).
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setMaximumSectionSize(table.fontMetrics().averageCharWidth() * PATH_CHARS)
         header.setHighlightSections(False)
         header.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
         table.setContextMenuPolicy(Qt.ContextMenuPolicy.ActionsContextMenu)
@@ -219,6 +220,7 @@ class RunsPanel(QWidget):
             return
         self.model.set_records(records)
         self.stack.setCurrentWidget(self.table if records else self.empty_label)
+        self._fit_columns()
         self._update_actions()
         self.refreshed.emit(records)
 
@@ -397,6 +399,32 @@ class RunsPanel(QWidget):
             action = self.actions_by_key[key]
             action.setEnabled(enabled)
             action.setToolTip(action.data() if enabled else f"{action.data()}. ({reason}.)")
+
+    def _fit_columns(self) -> None:
+        """Every column as wide as its contents ("Completed", "2 CPU replicas" whole, as
+        rows change); names and paths share what the others leave in proportion to
+        their lengths, down to a floor, elided in the middle below their contents. Past
+        the floors the table scrolls sideways. Sections are set only when the fitted
+        widths change, so a user's drag stands until then."""
+        table, header = self.table, self.table.horizontalHeader()
+        floor = table.fontMetrics().averageCharWidth() * PATH_CHARS
+        wanted = {c: max(table.sizeHintForColumn(c), header.sectionSizeHint(c)) for c in Column}
+        base = {c: min(wanted[c], floor) for c in PATH_COLUMNS}
+        room = table.viewport().width() - sum(base.values()) - sum(
+            width for c, width in wanted.items() if c not in PATH_COLUMNS)
+        more = sum(wanted[c] - base[c] for c in PATH_COLUMNS)
+        scale = min(1.0, max(room, 0) / more) if more else 0.0
+        widths = wanted | {c: base[c] + int((wanted[c] - base[c]) * scale)
+                           for c in PATH_COLUMNS}
+        if widths != self._widths:
+            self._widths = widths
+            for column, width in widths.items():
+                header.resizeSection(column, width)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt's name)
+        if watched is self.table.viewport() and event.type() == QEvent.Type.Resize:
+            self._fit_columns()
+        return super().eventFilter(watched, event)
 
     # -- visibility ------------------------------------------------------------------------
 

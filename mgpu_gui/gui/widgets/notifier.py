@@ -2,10 +2,11 @@
 
 Every source (an export, a queued run starting, a run ending) hands a `Notice` to
 the window's one `Notifier`, which says it in the status bar and in a toast over
-the window's lower right corner that fades after a few seconds. The toast takes
-neither focus nor clicks (they reach what lies under it), and it sits far from
-the toolbar, so it never covers Train. Other sinks (desktop notifications) can
-listen to `Notifier.noticed` and hear the same notices.
+the plots' lower right corner (the window's, when the plots are dragged away) that
+fades after a few seconds. The toast takes neither focus nor clicks (they reach
+what lies under it), and it sits far from the toolbar, so it never covers Train.
+Other sinks (desktop notifications) can listen to `Notifier.noticed` and hear the
+same notices.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from PySide6.QtCore import (
     QEvent,
     QObject,
     QPauseAnimation,
+    QPoint,
     QPropertyAnimation,
     QSequentialAnimationGroup,
     Qt,
@@ -30,6 +32,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QMainWindow,
     QVBoxLayout,
+    QWidget,
 )
 
 SHOW_MS = 5_000  # long enough to read two lines
@@ -70,11 +73,13 @@ def elide_long_words(text: str, metrics: QFontMetrics, width: int) -> str:
 
 
 class Toast(QFrame):
-    """A notice over a window's lower right corner; fades, takes no focus and no clicks."""
+    """A notice over the lower right corner of `anchor` (else of the window's central
+    area); fades, takes no focus and no clicks."""
 
-    def __init__(self, window: QMainWindow):
+    def __init__(self, window: QMainWindow, anchor: QWidget | None = None):
         super().__init__(window)
         self.host = window
+        self.anchor = anchor
         self.setObjectName("toast")
         self.setAccessibleName("Notice")
         self.setFocusPolicy(Qt.FocusPolicy.NoFocus)
@@ -101,7 +106,9 @@ class Toast(QFrame):
         self._life.addAnimation(self._pause)
         self._life.addAnimation(fade)
         self._life.finished.connect(self.hide)
-        window.installEventFilter(self)  # follow the window's size
+        for watched in (window, anchor):  # follow their sizes
+            if watched is not None:
+                watched.installEventFilter(self)
         self.hide()
 
     def show_notice(self, notice: Notice) -> None:
@@ -133,15 +140,17 @@ class Toast(QFrame):
         return self._life.state() is QSequentialAnimationGroup.State.Running
 
     def _place(self) -> None:
-        """Over the lower right corner of the central area: above the status bar, under
-        the plots' and tabs' content, away from the toolbar."""
-        central = self.host.centralWidget()
-        area = central.geometry() if central is not None else self.host.rect()
-        self.move(area.right() - self.width() - MARGIN,
-                  area.bottom() - self.height() - MARGIN)
+        """Where the eye is and the hand is not: the plots' lower right corner, or the
+        central area's when the plots are too small for it; never the toolbar."""
+        anchor = self.anchor
+        if anchor is None or not anchor.isVisible() or anchor.height() < (
+                self.height() + 2 * MARGIN):
+            anchor = self.host.centralWidget() or self.host
+        corner = anchor.mapTo(self.host, QPoint(anchor.width(), anchor.height()))
+        self.move(corner.x() - self.width() - MARGIN, corner.y() - self.height() - MARGIN)
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt's name)
-        if watched is self.host and event.type() == QEvent.Type.Resize and self.isVisible():
+        if event.type() == QEvent.Type.Resize and self.isVisible():
             self._place()
         return super().eventFilter(watched, event)
 
@@ -151,10 +160,10 @@ class Notifier(QObject):
 
     noticed = Signal(object)  # every Notice, for other sinks (desktop notifications)
 
-    def __init__(self, window: QMainWindow):
+    def __init__(self, window: QMainWindow, anchor: QWidget | None = None):
         super().__init__(window)
         self.host = window
-        self.toast = Toast(window)
+        self.toast = Toast(window, anchor)
         self.last: Notice | None = None
 
     def notify(self, notice: Notice) -> None:
