@@ -66,6 +66,7 @@ from mgpu_gui.gui.widgets.runs_table import (
 )
 
 PATH_CHARS = 12  # names and paths get at least this many average characters
+FIT_ROWS = 50  # rows measured for the column widths besides the visible ones (~0.5 ms a row)
 REFRESH_MS = 5_000  # while visible: runs started elsewhere (the CLI) appear
 DELETE_JOIN_S = 10.0  # on shutdown, how long unfinished folder deletions may hold the exit
 
@@ -90,6 +91,7 @@ class RunsPanel(QWidget):
         self._deletions: list[threading.Thread] = []
         self._dialogs: list[RunCompareDialog] = []
         self._shut_down = False
+        self._wanted: dict[Column, int] = {}  # each column's contents, measured on changes
         self._widths: dict[Column, int] = {}  # as last fitted; a user's drag stands till then
 
         self.model = RunsTableModel(self)
@@ -165,6 +167,7 @@ class RunsPanel(QWidget):
         table.verticalHeader().setDefaultSectionSize(table.fontMetrics().height() + 8)
         header = table.horizontalHeader()
         header.setHighlightSections(False)
+        header.setResizeContentsPrecision(FIT_ROWS)
         header.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
         table.setContextMenuPolicy(Qt.ContextMenuPolicy.ActionsContextMenu)
         return table
@@ -218,9 +221,9 @@ class RunsPanel(QWidget):
         except Exception as error:  # a broken or locked store must not break the window
             self.show_message(f"Could not read the run history: {error}")
             return
-        self.model.set_records(records)
+        if self.model.set_records(records) or not self._wanted:
+            self._measure_columns()
         self.stack.setCurrentWidget(self.table if records else self.empty_label)
-        self._fit_columns()
         self._update_actions()
         self.refreshed.emit(records)
 
@@ -400,15 +403,24 @@ class RunsPanel(QWidget):
             action.setEnabled(enabled)
             action.setToolTip(action.data() if enabled else f"{action.data()}. ({reason}.)")
 
+    def _measure_columns(self) -> None:
+        """What each column's contents need, when rows changed (measuring is the costly
+        part: the model is asked for every role of every measured cell)."""
+        header = self.table.horizontalHeader()
+        self._wanted = {c: max(self.table.sizeHintForColumn(c), header.sectionSizeHint(c))
+                        for c in Column}
+        self._fit_columns()
+
     def _fit_columns(self) -> None:
         """Every column as wide as its contents ("Completed", "2 CPU replicas" whole, as
         rows change); names and paths share what the others leave in proportion to
         their lengths, down to a floor, elided in the middle below their contents. Past
         the floors the table scrolls sideways. Sections are set only when the fitted
         widths change, so a user's drag stands until then."""
-        table, header = self.table, self.table.horizontalHeader()
+        table, header, wanted = self.table, self.table.horizontalHeader(), self._wanted
+        if not wanted:
+            return
         floor = table.fontMetrics().averageCharWidth() * PATH_CHARS
-        wanted = {c: max(table.sizeHintForColumn(c), header.sectionSizeHint(c)) for c in Column}
         base = {c: min(wanted[c], floor) for c in PATH_COLUMNS}
         room = table.viewport().width() - sum(base.values()) - sum(
             width for c, width in wanted.items() if c not in PATH_COLUMNS)

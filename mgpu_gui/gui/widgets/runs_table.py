@@ -146,17 +146,19 @@ class RunsTableModel(QAbstractTableModel):
         self.records: list[RunRecord] = []
         self._icons = {state: _status_icon(color) for state, (_, color) in STATUS_TEXT.items()}
 
-    def set_records(self, records: list[RunRecord]) -> None:
+    def set_records(self, records: list[RunRecord]) -> bool:
+        """Show `records`; returns whether any row changed."""
         if [r.id for r in records] == [r.id for r in self.records]:
             changed = [i for i, (new, old) in enumerate(zip(records, self.records, strict=True))
                        if new != old]
             self.records = records
             for row in changed:  # selection and scroll position stay as they are
                 self.dataChanged.emit(self.index(row, 0), self.index(row, len(COLUMNS) - 1))
-            return
+            return bool(changed)
         self.beginResetModel()
         self.records = records
         self.endResetModel()
+        return True
 
     def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008, N802
         return 0 if parent.isValid() else len(self.records)
