@@ -48,6 +48,7 @@ def test_no_gpu_state_and_defaults_train_on_cpu_replicas(qtbot, window):
     assert selection == DeviceSelection(kind=DeviceKind.CPU, replicas=2)
     outcome = train(qtbot, window)
     assert outcome.status is RunStatus.COMPLETED, outcome.message
+    assert window.notifier.last is not None and window.notifier.last.title == "Run completed"
     qtbot.waitUntil(lambda: len(window.curves.series("loss")[1]) > 0)
     assert len(window.curves.series("val_loss")[1]) == 2
     assert window.progress.total_bar.value() == window.progress.total_bar.maximum()
@@ -61,6 +62,9 @@ def test_export_after_a_run_reloads_with_no_strategy(qtbot, window, tmp_path):
     with qtbot.waitSignal(window.exporter.finished, timeout=RUN_TIMEOUT_MS) as done:
         window.export_to(target, "keras")
     assert done.args[0], done.args[1]
+    notice = window.notifier.last  # said over whichever tab shows (test_notifier.py)
+    assert notice is not None and notice.title == "Export finished"
+    assert "exported.keras" in notice.text and window.notifier.toast.isVisible()
     out = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
         import keras, numpy as np
         model = keras.saving.load_model({str(target)!r})

@@ -303,13 +303,13 @@ def test_shortcuts_are_registered(window):
 
 
 def test_shortcuts_fire_and_respect_the_enabled_state(qtbot, window, monkeypatch, tmp_path):
-    import mgpu_gui.gui.main_window as main_window
+    import mgpu_gui.gui.export_actions as export_actions
     from mgpu_gui.core.runs.folder import RunDir
 
     started, stopped, exports = [], [], []
     monkeypatch.setattr(window.controller, "start", lambda config: started.append(config))
     monkeypatch.setattr(window.controller, "stop", lambda: stopped.append(True))
-    monkeypatch.setattr(main_window, "ask_export_target",
+    monkeypatch.setattr(export_actions, "ask_export_target",
                         lambda parent, suggested: exports.append(suggested))
 
     # Open (Ctrl+O) opens the model file dialog, even with the focus in a field.

@@ -32,7 +32,9 @@ from mgpu_gui.core.runs.store import RunRecord, RunRecorder, RunState, RunStore
 from mgpu_gui.gui.dialogs.run_compare import ComparedRun, RunCompareView, metric_choices
 from mgpu_gui.gui.jobs.telemetry_source import TelemetrySource
 from mgpu_gui.gui.main_window import MainWindow
+from mgpu_gui.gui.panels.progress import BAR_MAX
 from mgpu_gui.gui.panels.runs import RunsPanel
+from mgpu_gui.gui.widgets.runs_table import COLUMNS, Column
 
 STEPS = 3
 NO_GPU = GpuInventory(state=NvmlState.NO_DRIVER, message="No NVIDIA driver found (test).")
@@ -67,10 +69,12 @@ def epoch_events(epoch: int, epochs: int, val_loss: float, t: float, best: bool)
 
 def record_run(store: RunStore, root: Path, name: str, *, epochs: int = 4, done: int = 4,
                end: RunStatus | str | None = RunStatus.COMPLETED, start_t: float = 1.7e9,
-               gpus: int = 0, val_losses: list[float] | None = None) -> RunRecord:
+               gpus: int = 0, val_losses: list[float] | None = None, model: str = "demo",
+               data: str = "demo") -> RunRecord:
     """A run recorded as the supervisor records it; `end` None: still 'running'
     (its supervisor died), "failed": a RunFailed."""
-    config = RunConfig(output_dir=str(root), run_name=name, epochs=epochs)
+    config = RunConfig(output_dir=str(root), run_name=name, epochs=epochs, model=model,
+                       data=data)
     run_dir = create_run_dir(config)
     run_id = store.add_run(run_dir, config)
     store.begin_attempt(run_id)
@@ -136,15 +140,16 @@ def test_runs_are_listed_newest_first_in_words(panel, store, tmp_path):
     record_run(store, tmp_path, "oom", done=1, end="failed", start_t=1.7e9 + 120)
     panel.refresh()
     assert panel.stack.currentWidget() is panel.table
-    assert [cell(panel, r, 2) for r in range(3)] == ["oom", "wide", "baseline"]
-    assert [cell(panel, r, 0) for r in range(3)] == ["Failed", "Stopped", "Completed"]
-    assert [cell(panel, r, 4) for r in range(3)] == ["2 CPU replicas", "GPUs 0,1",
-                                                     "2 CPU replicas"]
-    assert [cell(panel, r, 5) for r in range(3)] == ["1/4", "2/4", "4/4"]
-    assert cell(panel, 1, 6) == "val_loss 0.25 (epoch 2)"
+    assert [cell(panel, r, Column.NAME) for r in range(3)] == ["oom", "wide", "baseline"]
+    assert [cell(panel, r, Column.STATUS) for r in range(3)] == ["Failed", "Stopped",
+                                                                 "Completed"]
+    assert [cell(panel, r, Column.DEVICES) for r in range(3)] == ["2 CPU replicas", "GPUs 0,1",
+                                                                  "2 CPU replicas"]
+    assert [cell(panel, r, Column.EPOCHS) for r in range(3)] == ["1/4", "2/4", "4/4"]
+    assert cell(panel, 1, Column.BEST) == "val_loss 0.25 (epoch 2)"
     assert "Out of memory" in panel.proxy.index(0, 0).data(3)  # the tooltip says why
-    panel.table.sortByColumn(2, Qt.SortOrder.AscendingOrder)
-    assert [cell(panel, r, 2) for r in range(3)] == ["baseline", "oom", "wide"]
+    panel.table.sortByColumn(Column.NAME, Qt.SortOrder.AscendingOrder)
+    assert [cell(panel, r, Column.NAME) for r in range(3)] == ["baseline", "oom", "wide"]
 
 
 def test_refresh_keeps_the_selection_and_updates_rows_in_place(panel, store, tmp_path):
@@ -291,7 +296,8 @@ def test_resume_is_offered_only_for_resumable_idle_runs(qtbot, panel, store, tmp
     assert "nothing to resume" in panel.resume_action.toolTip()
     assert not resumable(gone)
     assert "folder deleted" in cell(panel, next(
-        r for r in range(3) if panel.proxy.index(r, 2).data().startswith("gone")), 2)
+        r for r in range(3) if panel.proxy.index(r, Column.NAME).data().startswith("gone")),
+        Column.NAME)
     assert resumable(stopped)
     with qtbot.waitSignal(panel.resume_requested) as asked:
         panel.buttons["resume"].click()
@@ -365,3 +371,66 @@ def test_series_x_has_no_duplicate_epochs_after_show_curves(qtbot, window, tmp_p
     x, _ = window.curves.series("val_loss")
     assert list(x) == [1.0, 2.0, 3.0]
     assert np.all(np.diff(window.curves.series("loss")[0]) > 0)
+
+
+def test_data_column_tells_runs_apart_and_long_paths_keep_their_ends(
+        qtbot, panel, store, tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    deep = tmp_path / "home" / "projects" / ("a-rather-long-folder-name-" * 4) / "digits.npz"
+    model = tmp_path / ("models-of-the-spring-experiments-" * 3) / "convnet-wide.keras"
+    record_run(store, tmp_path, "demo", start_t=1.7e9)
+    record_run(store, tmp_path, "demo", start_t=1.7e9 + 60, data=str(deep), model=str(model),
+               gpus=2, done=2, end=RunStatus.EARLY_STOPPED)
+    panel.refresh()
+    assert "Data" in COLUMNS
+    data_text = cell(panel, 0, Column.DATA)
+    assert data_text == "~/" + str(deep.relative_to(tmp_path / "home"))
+    assert cell(panel, 1, Column.DATA) == "Digits (demo)"  # two "demo" runs, told apart
+    table, header = panel.table, panel.table.horizontalHeader()
+    metrics = table.fontMetrics()
+    assert table.textElideMode() is Qt.TextElideMode.ElideMiddle  # the file name stays
+    for column, full in ((Column.DATA, str(deep)), (Column.MODEL, str(model))):
+        assert header.sectionSize(column) < metrics.horizontalAdvance(cell(panel, 0, column))
+        assert full in panel.proxy.index(0, column).data(Qt.ItemDataRole.ToolTipRole)
+    for column in (Column.STATUS, Column.STARTED, Column.DEVICES, Column.EPOCHS, Column.BEST):
+        assert header.sectionSize(column) >= table.sizeHintForColumn(column), COLUMNS[column]
+    assert header.length() <= table.viewport().width()  # the whole row, no sideways scroll
+    assert header.sectionSize(Column.STATUS) > metrics.horizontalAdvance("Early stopped")
+    store.set_status(store.runs()[1].id, RunState.INTERRUPTED)  # a longer word arrives
+    panel.refresh()
+    assert header.sectionSize(Column.STATUS) >= table.sizeHintForColumn(Column.STATUS)
+    assert header.sectionSize(Column.STATUS) > metrics.horizontalAdvance("Interrupted")
+    panel.resize(4000, 260)  # room enough: the paths whole
+    qtbot.waitUntil(lambda: header.sectionSize(Column.DATA) >= table.sizeHintForColumn(
+        Column.DATA))
+    assert header.sectionSize(Column.MODEL) >= table.sizeHintForColumn(Column.MODEL)
+
+
+@pytest.mark.parametrize("end, done, state, percent", [
+    (RunStatus.STOPPED, 7, "stopped", 70), (RunStatus.COMPLETED, 10, "completed", 100),
+    ("failed", 3, "failed", 30)])
+def test_a_reopened_run_shows_its_real_progress(window, tmp_path, end, done, state, percent):
+    with RunStore() as store:
+        record = record_run(store, tmp_path, "reopened", epochs=10, done=done, end=end)
+    window.show_run_curves(record.id)
+    progress = window.progress
+    assert progress.epoch_label.text() == f"Epoch {done}/10"
+    assert progress.total_bar.value() == percent * BAR_MAX // 100
+    assert progress.total_bar.text().startswith(f"{percent}%")
+    assert f"{done} of 10 epochs" in progress.total_bar.text()
+    assert progress.total_eta_label.text() == state
+    assert "reopened" in progress.status_label.text()
+
+
+def test_the_progress_bars_survive_any_splitter_drag(qtbot, window):
+    window.resize(1280, 720)
+    lower, progress = window.lower_splitter, window.progress
+    assert lower.handleWidth() >= 6
+    qtbot.waitUntil(lambda: progress.epoch_bar.height() > 0)
+    for handle, position in ((2, 0), (1, 0), (1, 10_000), (2, 10_000), (1, 10_000)):
+        lower.moveSplitter(position, handle)  # what a drag to the window's edge does
+        for bar in (progress.epoch_bar, progress.total_bar):
+            assert bar.isVisible() and not bar.visibleRegion().isEmpty(), (handle, position)
+            assert bar.height() >= bar.minimumSizeHint().height()
+        assert window.log.height() >= window.log.minimumSizeHint().height() > 0
+        assert all(lower.handle(i).height() >= 6 for i in (1, 2))

@@ -24,8 +24,6 @@ light or dark scheme (`theme.follow_system_scheme`).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from PySide6.QtCore import QByteArray, QEvent, QObject, QSettings, Qt
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
@@ -45,7 +43,8 @@ from mgpu_gui.core.events import ClusterFormed, EpochEnd, Event, RunFailed, RunS
 from mgpu_gui.core.runs.claims import DevicesBusyError
 from mgpu_gui.core.runs.folder import RunDir
 from mgpu_gui.core.runs.store import RunStore
-from mgpu_gui.gui.jobs.exporter import ModelExporter, ask_export_target
+from mgpu_gui.gui.export_actions import ExportActions
+from mgpu_gui.gui.jobs.exporter import ModelExporter
 from mgpu_gui.gui.jobs.run_controller import RunController, RunState
 from mgpu_gui.gui.jobs.run_follower import RunFollower
 from mgpu_gui.gui.jobs.run_start import StartKind, StartRequest
@@ -59,13 +58,15 @@ from mgpu_gui.gui.panels.queue import QueuePanel, confirm_busy_gpus, offer_queue
 from mgpu_gui.gui.panels.run_setup import RunSetupPanel
 from mgpu_gui.gui.panels.runs import RunsPanel
 from mgpu_gui.gui.run_history import RunHistory
+from mgpu_gui.gui.run_notices import outcome_notice
 from mgpu_gui.gui.theme import follow_system_scheme, refresh_style_sheets
 from mgpu_gui.gui.tool_dialogs import ToolDialogs
 from mgpu_gui.gui.widgets.error_banner import ErrorBanner
+from mgpu_gui.gui.widgets.notifier import Notifier
 from mgpu_gui.gui.widgets.resume_offer import ResumeOffer, StoreReconciler
 
 
-class MainWindow(ToolDialogs, RunHistory, QMainWindow):
+class MainWindow(ToolDialogs, RunHistory, ExportActions, QMainWindow):
     def __init__(self, *, telemetry: TelemetrySource | None = None,
                  controller: RunController | None = None):
         super().__init__()
@@ -98,6 +99,7 @@ class MainWindow(ToolDialogs, RunHistory, QMainWindow):
                            if self.store is not None else None)
         self._build_actions()
         self._build_layout()
+        self.notifier = Notifier(self, self.curves)  # exports, queued starts, run ends
         self._connect()
         self._restore_settings()
         self._devices_to_setup()
@@ -204,6 +206,14 @@ class MainWindow(ToolDialogs, RunHistory, QMainWindow):
         lower.setStretchFactor(0, 3)
         lower.setStretchFactor(2, 1)
         lower.setSizes([520, self.progress.sizeHint().height(), 180])
+        # No drag hides the plots, the progress bars or the tabs: each keeps its minimum
+        # size; the handles are wide lines, easy to find.
+        lower.setChildrenCollapsible(False)
+        lower.setHandleWidth(max(lower.handleWidth(), 7))
+        lower.setObjectName("lowerSplitter")
+        lower.setStyleSheet("#lowerSplitter::handle { background: palette(mid); "
+                            "margin: 2px 0; }")
+        self.lower_splitter = lower
         right_layout.addWidget(lower)
 
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
@@ -220,6 +230,7 @@ class MainWindow(ToolDialogs, RunHistory, QMainWindow):
         self.telemetry.inventory_changed.connect(self.queue_panel.set_inventory)
         self.queue_panel.claims_changed.connect(self.gpu_panel.set_claims)
         self.queue_panel.message.connect(self.log.append_message)
+        self.queue_panel.job_started.connect(self._queued_run_started)
         self.gpu_panel.selection_changed.connect(self._devices_to_setup)
         self.run_setup.validity_changed.connect(lambda ok: self._update_actions())
         self.run_setup.summary_ready.connect(self.log.set_summary)
@@ -238,7 +249,7 @@ class MainWindow(ToolDialogs, RunHistory, QMainWindow):
         if self.follower is not None:
             self.follower.events.connect(self._followed_events)
             self.follower.updated.connect(self._show_run_note)
-            self.follower.ended.connect(lambda record: self.curves.stop_updates())
+            self.follower.ended.connect(self._followed_run_ended)
         self.resume_offer.show_runs_requested.connect(self.show_runs)
         if self.reconciler is not None:
             self.reconciler.done.connect(self._interrupted_found)
@@ -339,6 +350,7 @@ class MainWindow(ToolDialogs, RunHistory, QMainWindow):
         if outcome.status is RunStatus.FAILED and not any(
                 isinstance(e, RunFailed) for e in outcome.events):
             self.banner.show_error(outcome.message)  # the worker died without a word
+        self.notifier.notify(outcome_notice(self.last_run, outcome))
         if self.last_run is not None and not self.last_run.path.exists():
             self.last_run = None  # a run refused during setup leaves no folder
         self._update_actions()
@@ -365,31 +377,6 @@ class MainWindow(ToolDialogs, RunHistory, QMainWindow):
         self.gpu_panel.set_enabled_for_run(idle)
         self.runs_panel.set_run_active(not idle)
         self.resume_offer.set_resume_enabled(idle)
-
-    # -- export --------------------------------------------------------------
-    def _export_source(self) -> Path | None:
-        return self.last_run.trained_model() if self.last_run is not None else None
-
-    def export_model(self) -> None:
-        source = self._export_source()
-        if source is None or self.exporter.is_running():
-            return
-        target = ask_export_target(self, self.last_run.path.parent / self.last_run.path.name)
-        if target is not None:
-            self.export_to(*target)
-
-    def export_to(self, target: Path, fmt: str) -> None:
-        source = self._export_source()
-        assert source is not None
-        self.log.append_message(f"Exporting {source.name} as {fmt} to {target}…")
-        self.exporter.export(source, target, fmt)
-        self._update_actions()
-
-    def _export_finished(self, ok: bool, message: str) -> None:
-        self.log.append_message(message)
-        if not ok:
-            self.banner.show_error(f"Export failed: {message}")
-        self._update_actions()
 
     # -- devices -------------------------------------------------------------
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt's name)
@@ -465,6 +452,7 @@ class MainWindow(ToolDialogs, RunHistory, QMainWindow):
         self.telemetry.stop()
         self._stop_following()
         self.curves.shutdown()
+        self.notifier.shutdown()
         self.run_setup.shutdown()
         self.exporter.cancel()
         self.runs_panel.shutdown()

@@ -3,8 +3,9 @@ the offer to resume interrupted ones.
 
 A mixin of `MainWindow`, kept apart so the window module holds the panels and the
 run; it uses the window's `store`, `controller`, `follower`, `reconciler`, `curves`,
-`progress`, `log`, `runs_panel`, `resume_offer` and `banner`. When the store cannot
-be opened, the app trains without a history and says why (`store_problem`).
+`progress`, `log`, `runs_panel`, `resume_offer`, `banner` and `notifier` (a queued
+run starting, a followed run ending). When the store cannot be opened, the app
+trains without a history and says why (`store_problem`).
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.events import Event
 from mgpu_gui.core.runs.folder import RunDir
 from mgpu_gui.core.runs.lock import is_live
+from mgpu_gui.core.runs.queue import QueuedJob
 from mgpu_gui.core.runs.store import RunRecord, RunStore
 from mgpu_gui.core.runs.store import RunState as StoreState
 from mgpu_gui.core.runs.storedb import StoreError
 from mgpu_gui.gui.jobs.run_follower import last_time
+from mgpu_gui.gui.run_notices import queued_start_notice, record_end_notice
 from mgpu_gui.gui.widgets.runs_table import STATUS_TEXT, best_text, short_name
 
 
@@ -64,7 +67,6 @@ class RunHistory:
             self.banner.show_error(str(error))
             return
         self.curves.load_events(events)
-        self.progress.reset()
         self._show_run_note(record)
         if (self.follower is not None and record.status is StoreState.RUNNING
                 and is_live(record.run_dir)):  # its curves go on as it trains
@@ -74,9 +76,19 @@ class RunHistory:
         self._update_actions()
 
     def _show_run_note(self, record: RunRecord) -> None:
-        self.progress.show_note(
-            f"Run {short_name(record)}: {STATUS_TEXT[record.status][0].lower()}, "
-            f"{record.epochs_done} of {record.epochs} epochs, best {best_text(record)}")
+        """A stored run's progress as it stands (also each time a followed run is read)."""
+        state = STATUS_TEXT[record.status][0].lower()
+        self.progress.show_past(
+            record.epochs_done, record.epochs, state,
+            f"Run {short_name(record)}: {state}, {record.epochs_done} of {record.epochs} "
+            f"epochs, best {best_text(record)}")
+
+    def _followed_run_ended(self, record: RunRecord) -> None:
+        self.curves.stop_updates()
+        self.notifier.notify(record_end_notice(record))
+
+    def _queued_run_started(self, job: QueuedJob) -> None:
+        self.notifier.notify(queued_start_notice(job))
 
     def _followed_events(self, events: list[Event]) -> None:
         for event in events:

@@ -2,7 +2,8 @@
 
 Fractions and ETAs come from `core.progress.Progress`, the same as the CLI's line.
 ETAs are computed at each event's own time, so they need no timer and a loaded
-run shows what it showed live.
+run shows what it showed live. A past run shown from the Runs tab has no live
+events: `show_past` shows how far it got and how it ended, from its record.
 """
 
 from __future__ import annotations
@@ -92,6 +93,7 @@ class ProgressPanel(QWidget):
         layout.addWidget(self.total_eta_label, 1, 2)
         layout.addWidget(self.status_label, 2, 0, 1, 3)
         layout.setColumnStretch(1, 1)
+        layout.setRowStretch(3, 1)  # given more height (a splitter drag), the rows stay on top
         self.reset()
 
     @staticmethod
@@ -115,6 +117,20 @@ class ProgressPanel(QWidget):
     def show_note(self, text: str) -> None:
         """A line in place of the run status: a past run shown, a resume starting."""
         self.status_label.setText(text)
+
+    def show_past(self, epochs_done: int, epochs: int, state: str, note: str) -> None:
+        """A stored run: its last complete epoch of `epochs`, the share of all epochs
+        done, and `state` ("stopped", "completed", ...) where the ETAs were."""
+        self.reset()
+        shown = min(epochs_done, epochs)
+        self.epoch_label.setText(f"Epoch {shown}/{epochs}")
+        self._set_bar(self.epoch_bar, 1.0 if epochs_done else 0.0,
+                      f"epoch {shown} complete" if epochs_done else "no epoch complete")
+        self._set_bar(self.total_bar, epochs_done / epochs if epochs else 0.0,
+                      f"{epochs_done} of {epochs} epochs")
+        self.epoch_eta_label.setText(state)
+        self.total_eta_label.setText(state)
+        self.status_label.setText(note)
 
     def handle_event(self, event: Event) -> None:
         if isinstance(event, RunStarted):

@@ -4,6 +4,7 @@ The queue lives in the run store and a queue runner process (see
 `mgpu_gui.processes.queue_runner`) starts its jobs, so closing the window stops neither.
 This panel adds jobs, cancels them, and every few seconds reads the queue and
 the devices live runs hold; the GPU panel shows those claims (`claims_changed`).
+A job it sees started since the panel opened is announced once (`job_started`).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ class QueuePanel(QWidget):
 
     claims_changed = Signal(object)  # dict[int, claims.DeviceUse], by GPU index
     message = Signal(str)  # for the log
+    job_started = Signal(object)  # a QueuedJob whose run the queue runner has started
 
     def __init__(self, store: RunStore | None, inventory: GpuInventory | None = None,
                  parent: QWidget | None = None):
@@ -78,6 +80,9 @@ class QueuePanel(QWidget):
         self.inventory = inventory
         self.jobs: list[QueuedJob] = []
         self._claims: dict[int, claims.DeviceUse] = {}
+        # Jobs started before the panel opened are old news; later ones are announced once.
+        self._opened = time.time()
+        self._announced: set[int] = set()
 
         self.table = read_only_table(COLUMNS, "Queued jobs")
         self.note = QLabel(self, wordWrap=True)
@@ -169,6 +174,7 @@ class QueuePanel(QWidget):
             return
         self.jobs = jobs
         self._fill(jobs)
+        self._announce_started(jobs)
         waiting = sum(job.waiting for job in jobs)
         pid = runner_pid(self.store.path)
         if not jobs:
@@ -197,6 +203,13 @@ class QueuePanel(QWidget):
                 if item.text() != text:
                     item.setText(text)
                     item.setToolTip(text)
+
+    def _announce_started(self, jobs: list[QueuedJob]) -> None:
+        for job in jobs:
+            if (job.state is JobState.STARTED and job.id not in self._announced
+                    and (job.started or 0.0) >= self._opened):
+                self._announced.add(job.id)
+                self.job_started.emit(job)
 
     def _publish_claims(self, held: dict[str, claims.Claim]) -> None:
         uses = {}

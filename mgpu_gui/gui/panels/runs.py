@@ -1,7 +1,10 @@
 """The Runs tab: the run history from the store, and what can be done with past runs.
 
 The table lists every run the store knows (newest first): its state, when it
-started, its name, model, devices, epochs and best epoch. For the selected
+started, its name, model, data, devices, epochs and best epoch. Columns fit their
+contents; names and paths share the width the other columns leave, so the whole
+row fits where it can, and are elided in the middle when it is short (the file
+name stays), with the whole text in their tooltips. For the selected
 runs it offers: show one run's curves, compare several, resume one that was
 stopped, failed or interrupted, reveal its folder, delete runs (folder and row).
 Showing curves and resuming are the main window's to do: the panel asks by
@@ -19,8 +22,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from PySide6.QtCore import (
+    QEvent,
     QItemSelection,
     QItemSelectionModel,
+    QObject,
     QSortFilterProxyModel,
     Qt,
     QTimer,
@@ -53,11 +58,15 @@ from mgpu_gui.gui.dialogs.run_compare import ComparedRun, RunCompareDialog
 from mgpu_gui.gui.widgets.runs_table import (
     COLUMNS,
     ID_ROLE,
+    PATH_COLUMNS,
     SORT_ROLE,
+    Column,
     RunsTableModel,
     short_name,
 )
 
+PATH_CHARS = 12  # names and paths get at least this many average characters
+FIT_ROWS = 50  # rows measured for the column widths besides the visible ones (~0.5 ms a row)
 REFRESH_MS = 5_000  # while visible: runs started elsewhere (the CLI) appear
 DELETE_JOIN_S = 10.0  # on shutdown, how long unfinished folder deletions may hold the exit
 
@@ -82,12 +91,15 @@ class RunsPanel(QWidget):
         self._deletions: list[threading.Thread] = []
         self._dialogs: list[RunCompareDialog] = []
         self._shut_down = False
+        self._wanted: dict[Column, int] = {}  # each column's contents, measured on changes
+        self._widths: dict[Column, int] = {}  # as last fitted; a user's drag stands till then
 
         self.model = RunsTableModel(self)
         self.proxy = QSortFilterProxyModel(self)
         self.proxy.setSourceModel(self.model)
         self.proxy.setSortRole(SORT_ROLE)
         self.table = self._build_table()
+        self.table.viewport().installEventFilter(self)  # its width: refit the columns
         self.empty_label = QLabel(wordWrap=True)
         self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.empty_label.setAccessibleName("No runs")
@@ -145,16 +157,17 @@ class RunsPanel(QWidget):
         table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         table.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
         table.setSortingEnabled(True)
-        table.sortByColumn(1, Qt.SortOrder.DescendingOrder)
+        table.sortByColumn(Column.STARTED, Qt.SortOrder.DescendingOrder)
         table.setAlternatingRowColors(True)
         table.setWordWrap(False)
+        table.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # a path keeps its file name
         table.setShowGrid(False)
         table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         table.verticalHeader().hide()
         table.verticalHeader().setDefaultSectionSize(table.fontMetrics().height() + 8)
         header = table.horizontalHeader()
-        header.setStretchLastSection(True)
         header.setHighlightSections(False)
+        header.setResizeContentsPrecision(FIT_ROWS)
         header.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
         table.setContextMenuPolicy(Qt.ContextMenuPolicy.ActionsContextMenu)
         return table
@@ -208,10 +221,9 @@ class RunsPanel(QWidget):
         except Exception as error:  # a broken or locked store must not break the window
             self.show_message(f"Could not read the run history: {error}")
             return
-        self.model.set_records(records)
+        if self.model.set_records(records) or not self._wanted:
+            self._measure_columns()
         self.stack.setCurrentWidget(self.table if records else self.empty_label)
-        if records and not self.table.property("sized"):
-            self._size_columns()
         self._update_actions()
         self.refreshed.emit(records)
 
@@ -391,11 +403,40 @@ class RunsPanel(QWidget):
             action.setEnabled(enabled)
             action.setToolTip(action.data() if enabled else f"{action.data()}. ({reason}.)")
 
-    def _size_columns(self) -> None:
-        self.table.setProperty("sized", True)
+    def _measure_columns(self) -> None:
+        """What each column's contents need, when rows changed (measuring is the costly
+        part: the model is asked for every role of every measured cell)."""
         header = self.table.horizontalHeader()
-        self.table.resizeColumnsToContents()
-        header.resizeSection(2, max(header.sectionSize(2), 140))
+        self._wanted = {c: max(self.table.sizeHintForColumn(c), header.sectionSizeHint(c))
+                        for c in Column}
+        self._fit_columns()
+
+    def _fit_columns(self) -> None:
+        """Every column as wide as its contents ("Completed", "2 CPU replicas" whole, as
+        rows change); names and paths share what the others leave in proportion to
+        their lengths, down to a floor, elided in the middle below their contents. Past
+        the floors the table scrolls sideways. Sections are set only when the fitted
+        widths change, so a user's drag stands until then."""
+        table, header, wanted = self.table, self.table.horizontalHeader(), self._wanted
+        if not wanted:
+            return
+        floor = table.fontMetrics().averageCharWidth() * PATH_CHARS
+        base = {c: min(wanted[c], floor) for c in PATH_COLUMNS}
+        room = table.viewport().width() - sum(base.values()) - sum(
+            width for c, width in wanted.items() if c not in PATH_COLUMNS)
+        more = sum(wanted[c] - base[c] for c in PATH_COLUMNS)
+        scale = min(1.0, max(room, 0) / more) if more else 0.0
+        widths = wanted | {c: base[c] + int((wanted[c] - base[c]) * scale)
+                           for c in PATH_COLUMNS}
+        if widths != self._widths:
+            self._widths = widths
+            for column, width in widths.items():
+                header.resizeSection(column, width)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt's name)
+        if watched is self.table.viewport() and event.type() == QEvent.Type.Resize:
+            self._fit_columns()
+        return super().eventFilter(watched, event)
 
     # -- visibility ------------------------------------------------------------------------
 

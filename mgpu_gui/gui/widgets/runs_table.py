@@ -2,17 +2,22 @@
 
 Status has a label and a colour (a coloured dot, so it does not rest on colour
 alone); sorting uses raw values (times, fractions), not the displayed text.
+Model and data are shown as paths (home as ~), so two runs of "model.keras" on
+different data tell apart; the view elides them in the middle, keeping the file
+name, and their tooltips hold the whole path.
 """
 
 from __future__ import annotations
 
 import re
 import time
+from enum import IntEnum
 from pathlib import Path
 
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, QPersistentModelIndex, Qt
 from PySide6.QtGui import QBrush, QColor, QGuiApplication, QIcon, QPainter, QPalette, QPixmap
 
+from mgpu_gui.core.config import DEMO
 from mgpu_gui.core.runs.store import RunRecord, RunState
 from mgpu_gui.gui.theme import on_background
 
@@ -24,7 +29,21 @@ STATUS_TEXT = {
     RunState.FAILED: ("Failed", "#c62828"),
     RunState.INTERRUPTED: ("Interrupted", "#8e24aa"),
 }
-COLUMNS = ("Status", "Started", "Name", "Model", "Devices", "Epochs", "Best")
+
+
+class Column(IntEnum):
+    STATUS = 0
+    STARTED = 1
+    NAME = 2
+    MODEL = 3
+    DATA = 4
+    DEVICES = 5
+    EPOCHS = 6
+    BEST = 7
+
+
+COLUMNS = tuple(column.name.capitalize() for column in Column)
+PATH_COLUMNS = (Column.NAME, Column.MODEL, Column.DATA)  # elided in the middle, whole in tips
 SORT_ROLE = Qt.ItemDataRole.UserRole
 ID_ROLE = Qt.ItemDataRole.UserRole + 1
 _STAMP = re.compile(r"^\d{8}-\d{6}-")  # run folders are "<date>-<time>-<name>"
@@ -32,9 +51,24 @@ _GPU_NAME = re.compile(r"^GPU (\d+(?: MIG \d+)?)")
 MISSING = "#888888"
 
 
+def folder_label(folder_name: str) -> str:
+    """A run folder's name without its date stamp: the name the user gave (or the model's)."""
+    return _STAMP.sub("", folder_name) or folder_name
+
+
 def short_name(record: RunRecord) -> str:
-    """The name the user gave (or the model's), without the folder's date stamp."""
-    return _STAMP.sub("", record.name) or record.name
+    return folder_label(record.name)
+
+
+def path_text(path: str, demo: str) -> str:
+    """A model or data path as a person reads it: the home folder as ~; `demo` for the
+    bundled one."""
+    if path == DEMO:
+        return demo
+    home = str(Path.home())
+    if path == home or path.startswith(home.rstrip("/") + "/"):
+        return "~" + path[len(home.rstrip("/")):]
+    return path
 
 
 def devices_text(record: RunRecord) -> str:
@@ -112,17 +146,19 @@ class RunsTableModel(QAbstractTableModel):
         self.records: list[RunRecord] = []
         self._icons = {state: _status_icon(color) for state, (_, color) in STATUS_TEXT.items()}
 
-    def set_records(self, records: list[RunRecord]) -> None:
+    def set_records(self, records: list[RunRecord]) -> bool:
+        """Show `records`; returns whether any row changed."""
         if [r.id for r in records] == [r.id for r in self.records]:
             changed = [i for i, (new, old) in enumerate(zip(records, self.records, strict=True))
                        if new != old]
             self.records = records
             for row in changed:  # selection and scroll position stay as they are
                 self.dataChanged.emit(self.index(row, 0), self.index(row, len(COLUMNS) - 1))
-            return
+            return bool(changed)
         self.beginResetModel()
         self.records = records
         self.endResetModel()
+        return True
 
     def rowCount(self, parent: QModelIndex | QPersistentModelIndex = QModelIndex()) -> int:  # noqa: B008, N802
         return 0 if parent.isValid() else len(self.records)
@@ -147,63 +183,67 @@ class RunsTableModel(QAbstractTableModel):
             return self._sort_key(record, column)
         if role == ID_ROLE:
             return record.id
-        if role == Qt.ItemDataRole.DecorationRole and column == 0:
+        if role == Qt.ItemDataRole.DecorationRole and column == Column.STATUS:
             return self._icons[record.status]
         if role == Qt.ItemDataRole.ForegroundRole:
             if not record.folder_exists:
                 return _text_color(MISSING)
-            if column == 0:
+            if column == Column.STATUS:
                 return _text_color(STATUS_TEXT[record.status][1])
         if role == Qt.ItemDataRole.ToolTipRole:
             return self._tooltip(record, column)
-        if role == Qt.ItemDataRole.TextAlignmentRole and column == 5:
+        if role == Qt.ItemDataRole.TextAlignmentRole and column == Column.EPOCHS:
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
 
     @staticmethod
     def _text(record: RunRecord, column: int) -> str:
-        if column == 0:
+        if column == Column.STATUS:
             return STATUS_TEXT[record.status][0]
-        if column == 1:
+        if column == Column.STARTED:
             return started_text(record)
-        if column == 2:
+        if column == Column.NAME:
             return short_name(record) + ("" if record.folder_exists else " (folder deleted)")
-        if column == 3:
-            return Path(record.model).name
-        if column == 4:
+        if column == Column.MODEL:
+            return path_text(record.model, "demo")
+        if column == Column.DATA:
+            return path_text(record.data, "Digits (demo)")
+        if column == Column.DEVICES:
             return devices_text(record)
-        if column == 5:
+        if column == Column.EPOCHS:
             return f"{record.epochs_done}/{record.epochs}"
         return best_text(record)
 
     @staticmethod
     def _sort_key(record: RunRecord, column: int):
-        if column == 1:
+        if column == Column.STARTED:
             return record.started or record.created
-        if column == 5:
+        if column == Column.EPOCHS:
             return record.epochs_done / max(record.epochs, 1)
-        if column == 6:
+        if column == Column.BEST:
             return record.best_value if record.best_value is not None else float("inf")
         return RunsTableModel._text(record, column).lower()
 
     @staticmethod
     def _tooltip(record: RunRecord, column: int) -> str:
         lines = [f"Run {record.id}: {record.run_dir}"]
-        if column == 1:
+        if column == Column.STARTED:
             stamp = time.localtime(record.started or record.created)
             lines.insert(0, time.strftime("Started %Y-%m-%d %H:%M:%S", stamp))
         if not record.folder_exists:
             lines.append("Its folder no longer exists.")
-        if column == 3:
+        if column == Column.MODEL:
             lines = [f"Model: {record.model}", f"Data: {record.data}"]
-        elif column == 4 and record.devices:
+        elif column == Column.DATA:
+            lines = [f"Data: {record.data}", f"Model: {record.model}"]
+        elif column == Column.DEVICES and record.devices:
             lines = list(record.devices)
-        elif column == 5 and record.global_batch:
+        elif column == Column.EPOCHS and record.global_batch:
             lines = [f"{record.epochs_done} of {record.epochs} epochs done; "
                      f"global batch {record.global_batch}"]
-        elif column == 6 and record.test_metrics:
+        elif column == Column.BEST and record.test_metrics:
             lines.append("Test: " + ", ".join(f"{k} {v:.4g}"
                                               for k, v in record.test_metrics.items()))
-        if record.message and column in (0, 2):
+        if record.message and column in (Column.STATUS, Column.NAME):
             lines.append(record.message)
         return "\n".join(lines)

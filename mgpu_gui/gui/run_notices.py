@@ -1,0 +1,58 @@
+"""What the notifier says when a run ends or a queued run starts, in a person's words.
+
+A run's end reaches the window two ways: its own run's `RunOutcome`, or the store's
+record of a run it followed (a queued run, one from a terminal); both read the same.
+"""
+
+from __future__ import annotations
+
+from mgpu_gui.core.children.supervisor import RunOutcome
+from mgpu_gui.core.events import EpochEnd, RunFinished, RunStarted, RunStatus
+from mgpu_gui.core.runs.folder import RunDir
+from mgpu_gui.core.runs.queue import QueuedJob, config_summary
+from mgpu_gui.core.runs.store import RunRecord
+from mgpu_gui.gui.widgets.notifier import Notice, NoticeKind
+from mgpu_gui.gui.widgets.runs_table import folder_label, short_name
+
+
+def run_end_notice(name: str, status: str, done: int | None, epochs: int | None,
+                   reason: str = "") -> Notice:
+    """`status`: a RunStatus or store RunState value; `done`/`epochs` None: unknown."""
+    counts = f"{done} of {epochs} epochs" if done is not None and epochs else ""
+    if status == RunStatus.COMPLETED:
+        return Notice(NoticeKind.DONE, "Run completed", f"{name}: {counts or 'all epochs'}")
+    if status == RunStatus.EARLY_STOPPED:
+        return Notice(NoticeKind.DONE, "Run stopped early",
+                      f"{name}: early stopping ended it after {counts or 'some epochs'}")
+    if status == RunStatus.FAILED:
+        first = reason.strip().splitlines()[0] if reason.strip() else "see the log"
+        return Notice(NoticeKind.FAILED, "Run failed",
+                      f"{name}" + (f" after {counts}" if counts else "") + f": {first}")
+    word = "interrupted" if status == "interrupted" else "stopped"
+    return Notice(NoticeKind.INFO, f"Run {word}",
+                  f"{name}: {counts + ' done; ' if counts else ''}resume it from the Runs tab")
+
+
+def outcome_notice(run_dir: RunDir | None, outcome: RunOutcome) -> Notice:
+    """The window's own run has ended: how, and how far it got."""
+    name = folder_label(run_dir.path.name) if run_dir is not None else "The run"
+    epochs = done = None
+    for event in outcome.events:
+        if isinstance(event, RunStarted):
+            epochs, done = event.epochs, event.initial_epoch
+        elif isinstance(event, EpochEnd):
+            done = event.epoch + 1
+        elif isinstance(event, RunFinished):
+            done = event.epochs_done
+    return run_end_notice(name, outcome.status.value, done, epochs, outcome.message)
+
+
+def record_end_notice(record: RunRecord) -> Notice:
+    """A run another process supervised (the queue, a terminal) has ended."""
+    return run_end_notice(short_name(record), record.status.value, record.epochs_done,
+                          record.epochs, record.message)
+
+
+def queued_start_notice(job: QueuedJob) -> Notice:
+    return Notice(NoticeKind.INFO, "Queued run started",
+                  f"Job {job.id} ({job.name}): {config_summary(job.config)}")
