@@ -12,12 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import Qt
-from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QDialog
 
 from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig
 from mgpu_gui.core.devices.nvml import GpuInventory
+from mgpu_gui.gui.widgets.focus import return_focus_on_close
 
 # Each dialog's module loads when it first opens: the first window paints sooner.
 if TYPE_CHECKING:
@@ -120,6 +119,7 @@ class ToolDialogs:
             dialog = make()
             setattr(self, name, dialog)
             dialog.finished.connect(lambda _=None, d=dialog: self._forget_dialog(name, d))
+            return_focus_on_close(dialog)
         dialog.show()
         dialog.raise_()
         return dialog
@@ -128,20 +128,6 @@ class ToolDialogs:
         if getattr(self, name) is dialog:
             setattr(self, name, None)
         dialog.deleteLater()
-        self._take_back_focus()
-
-    def _take_back_focus(self) -> None:
-        """Activate the window again after a dialog of ours closed while we had the focus.
-
-        Hiding the active dialog leaves no window of ours active on X11 unless the window
-        manager hands the focus to the dialog's parent (none does without one, and not every
-        one does): the window's shortcuts (Ctrl+Shift+B, ...) then did nothing until it was
-        clicked. The application is still active here (its state changes only when the
-        platform's focus-out arrives), so this never takes the focus from another program.
-        """
-        active = QGuiApplication.applicationState() is Qt.ApplicationState.ApplicationActive
-        if active and self.isVisible() and not self.isMinimized():
-            self.activateWindow()
 
     def _forward_inventory(self, inventory: GpuInventory) -> None:
         for dialog in (self.about_dialog, self.doctor_dialog):

@@ -55,6 +55,7 @@ from PySide6.QtWidgets import (
 from mgpu_gui.core.runs.lock import is_live
 from mgpu_gui.core.runs.store import RunRecord, RunState, RunStore
 from mgpu_gui.gui.dialogs.run_compare import ComparedRun, RunCompareDialog
+from mgpu_gui.gui.widgets.focus import return_focus_on_close
 from mgpu_gui.gui.widgets.runs_table import (
     COLUMNS,
     ID_ROLE,
@@ -285,6 +286,7 @@ class RunsPanel(QWidget):
         dialog = RunCompareDialog(runs, self)
         self._dialogs.append(dialog)
         dialog.destroyed.connect(lambda _=None, d=dialog: self._forget_dialog(d))
+        return_focus_on_close(dialog)
         dialog.show()
         return dialog
 
