@@ -129,7 +129,9 @@ class RunSetupPanel(RunSetupForm):
         self._problems = problems
         self.show_problems(problems, self._data_info)
         # What the file is does not depend on the data: shown even when they do not fit.
-        self.wrapper_notice.show_for(None if config.model == DEMO else self.model_info)
+        file_info = None if config.model == DEMO else self.model_info
+        self.wrapper_notice.show_for(file_info)
+        self.compile_source.show_for(file_info.compile if file_info is not None else None)
         self._update_batch_text()
         self._update_speed_hints()
         self.config_changed.emit()
@@ -201,6 +203,7 @@ class RunSetupPanel(RunSetupForm):
         self._build.drop_stale(config)
         self._data_info = self.model_info = None
         self.wrapper_notice.show_for(None)
+        self.compile_source.show_for(None)
         self._problems = self.input_problems(config)
         self.show_problems(self._problems, None)
         if not self._problems:
