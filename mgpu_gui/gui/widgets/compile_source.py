@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QCheckBox, QHBoxLayout, QLabel, QWidget
+from PySide6.QtWidgets import QCheckBox, QLabel, QVBoxLayout, QWidget
 
 from mgpu_gui.core.modelfiles.compile_facts import CompileFacts
 
@@ -26,20 +26,22 @@ class CompileSourceRow(QWidget):
         self.setAccessibleName("Compile settings from the model file")
         self._controls = tuple(controls)
         self.facts: CompileFacts | None = None
-        layout = QHBoxLayout(self)
+        # Stacked, not side by side: the box stays in view however narrow the form gets.
+        layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(2)
         self.label = QLabel(wordWrap=True)
         self.label.setProperty("role", "hint")
         self.label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.label.setAccessibleName("Compile settings from the model file")
-        self.override = QCheckBox("Override")
+        self.override = QCheckBox("Override the file's optimizer")
         self.override.setAccessibleName("Override the model file's optimizer")
         self.override.setToolTip(
             "Train with the optimizer and learning rate set here instead of those saved in "
             "the model file (the file's loss and metrics are kept, its optimizer state is "
             "not used). Same as --override-compile.")
-        layout.addWidget(self.label, 1)
-        layout.addWidget(self.override, 0, Qt.AlignmentFlag.AlignTop)
+        layout.addWidget(self.label)
+        layout.addWidget(self.override)
         self.override.toggled.connect(self._update_controls)
         self.hide()
 
@@ -50,8 +52,9 @@ class CompileSourceRow(QWidget):
         if facts is not None:
             self.label.setText(f"From the file: {facts.describe()}")
             self.label.setToolTip(
-                "The model file was saved compiled: training uses its optimizer and learning "
-                "rate, not the ones above, unless you tick Override."
+                "The model file was saved compiled: training uses its optimizer, learning "
+                "rate, loss and metrics, not the optimizer and learning rate set here, unless "
+                "you tick the box below."
                 + (f" Metrics: {', '.join(facts.metrics)}." if facts.metrics else ""))
         self._update_controls()
 
