@@ -272,7 +272,8 @@ def build_model(input_shape, num_classes):
 def test_py_model_is_probed_in_background(panel, qtbot, tmp_path):
     builder = tmp_path / "tiny.py"
     builder.write_text(PY_BUILDER)
-    with qtbot.waitSignal(panel.summary_ready, timeout=60_000) as signal:
+    # summary_ready("") withdraws the summary of the model picked before.
+    with qtbot.waitSignal(panel.summary_ready, timeout=60_000, check_params_cb=bool) as signal:
         panel.set_model_path(builder)
         qtbot.waitUntil(lambda: "Building model" in panel.model_status.text(), timeout=2000)
     assert "Total params" in signal.args[0] or "params" in signal.args[0].lower()

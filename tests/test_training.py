@@ -277,6 +277,32 @@ def test_saved_models_train_on_every_replica(hosts, files, saved_models, tmp_pat
     assert len(losses) == 2 and losses[1] < losses[0]
 
 
+@pytest.mark.parametrize("override", [False, True], ids=["file", "override"])
+def test_a_compiled_files_optimizer_trains_unless_overridden(hosts, files, tmp_path, override):
+    """The optimizer a run really used is named in its log line and recorded in its events."""
+    import keras
+
+    from mgpu_gui.core.eventtext import started_lines
+
+    path = tmp_path / "rms.keras"
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(3, activation="softmax")])
+    model.compile(keras.optimizers.RMSprop(0.002), "sparse_categorical_crossentropy",
+                  metrics=["accuracy"])
+    model.save(path)
+    run_dir = start(files, 2, path, tmp_path, epochs=1, optimizer="sgd", learning_rate=0.05,
+                    override_compile=override)
+    code, events = hosts(2).run(run_dir.path)
+    assert code == 0, only(events, RunFailed)
+    (began,) = only(run_dir.events(), RunStarted)  # the run folder's record
+    assert (began.optimizer, began.file_optimizer) == (("SGD" if override else "RMSprop"),
+                                                       "RMSprop")
+    assert began.learning_rate == pytest.approx(0.05 if override else 0.002)
+    assert started_lines(began)[-1] == (
+        "Optimizer: SGD, lr 0.05 (overriding the file's RMSprop)" if override
+        else "Optimizer: RMSprop, lr 0.002 (from the model file)")
+    assert only(events, EpochEnd)[0].learning_rate == pytest.approx(began.learning_rate)
+
+
 def test_early_stopping_reduce_lr_and_tensorboard(hosts, files, tmp_path):
     from mgpu_gui.core.config import EarlyStoppingConfig, ReduceLROnPlateauConfig
 

@@ -88,9 +88,14 @@ def add_train_arguments(p: argparse.ArgumentParser, *, hidden: Collection[str] =
         help=f"samples per replica per step; global batch = this x replicas "
              f"(default {d.batch_per_replica})")
     add(p, "--epochs", type=int, help=f"default {d.epochs}")
-    add(p, "--optimizer", choices=OPTIMIZERS, help="for uncompiled models (default adam)")
+    add(p, "--optimizer", choices=OPTIMIZERS,
+        help="for uncompiled models, or with --override-compile (default adam)")
     add(p, "--lr", dest="learning_rate", type=float,
-        help=f"learning rate for uncompiled models (default {d.learning_rate})")
+        help=f"learning rate for uncompiled models, or with --override-compile "
+             f"(default {d.learning_rate})")
+    add(p, "--override-compile", action="store_true",
+        help="train a model file compiled with its own optimizer with --optimizer and --lr "
+             "instead (its loss and metrics are kept)")
     add(p, "--loss", help="loss for uncompiled models (default: from the output layer)")
     add(p, "--metrics", help="comma separated (default accuracy)")
     add(p, "--early-stopping", action="store_true", help="stop when val_loss stalls")
@@ -160,7 +165,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         value = getattr(args, name)
         if value is not None:
             changes[name] = value
-    for flag in ("sync_batchnorm", "tensorboard", "allow_unsafe_code", "jit_compile"):
+    for flag in ("sync_batchnorm", "tensorboard", "allow_unsafe_code", "jit_compile",
+                 "override_compile"):
         if getattr(args, flag):
             changes[flag] = True
     if args.metrics is not None:

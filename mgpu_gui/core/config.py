@@ -89,6 +89,8 @@ class RunConfig:
     epochs: int = 10
     optimizer: str = "adam"
     learning_rate: float = 1e-3
+    # A compiled model file trains with its own optimizer and learning rate unless this is set.
+    override_compile: bool = False
     loss: str | None = None  # None: chosen from the labels and output layer
     metrics: tuple[str, ...] = ("accuracy",)
     early_stopping: EarlyStoppingConfig = field(default_factory=EarlyStoppingConfig)

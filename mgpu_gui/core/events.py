@@ -66,6 +66,11 @@ class RunStarted(Event):
     tf_version: str
     keras_version: str
     summary: str = ""
+    # What the run trains with ("" and None in records from before they were kept):
+    optimizer: str = ""  # the optimizer's class, e.g. "RMSprop"
+    learning_rate: float | None = None  # at the start (None: a schedule of the file's)
+    optimizer_source: str = ""  # a CompileSource: the run's settings, the file's, an override
+    file_optimizer: str = ""  # the model file's own optimizer, when it came compiled
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from mgpu_gui.core.events import (
     RunStarted,
     RunStatus,
 )
+from mgpu_gui.core.modelfiles.compile_facts import CompileSource, optimizer_text
 from mgpu_gui.core.progress import format_metrics, format_rate
 
 
@@ -49,6 +50,7 @@ def event_lines(event: Event, *, verbose: bool = False) -> list[str]:
 
 def started_lines(e: RunStarted) -> list[str]:
     kind = "GPU" if e.device_kind == "gpu" else "CPU replica"
+    source = CompileSource(e.optimizer_source or CompileSource.RUN)
     return [
         f"Run folder: {e.run_dir}",
         f"Training {e.model_name} ({e.params:,} parameters) on {e.num_replicas} "
@@ -59,6 +61,8 @@ def started_lines(e: RunStarted) -> list[str]:
         f"{e.num_replicas}; {e.train_samples} training samples, {e.steps_per_epoch} steps "
         f"per epoch, {e.dropped_per_epoch} dropped per epoch; {e.val_samples} validation, "
         f"{e.test_samples} test samples",
+        *([f"Optimizer: {optimizer_text(e.optimizer, e.learning_rate, source, e.file_optimizer)}"]
+          if e.optimizer else []),
     ]
 
 

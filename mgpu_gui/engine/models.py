@@ -22,6 +22,7 @@ import sys
 import traceback
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ import tensorflow as tf
 from mgpu_gui.core.config import DEMO, RunConfig
 from mgpu_gui.core.datasets import fit_check
 from mgpu_gui.core.errors import ModelError
+from mgpu_gui.core.modelfiles.compile_facts import CompileSource
 from mgpu_gui.core.modelfiles.info import ModelFileInfo, lambda_refused
 from mgpu_gui.core.modelfiles.inspection import inspect_model_file, read_h5_training_config
 from mgpu_gui.engine import precision
@@ -43,14 +45,33 @@ _UNKNOWN_OBJECT = re.compile(r"(?:Could not locate class|Unknown \w+:) '([^']+)'
 _REGISTERED_NAME = re.compile(r"'registered_name': '([^']+)'")
 
 
+@dataclass(frozen=True)
+class LoadedModel:
+    """The run's model, and where the optimizer it trains with came from."""
+
+    model: keras.Model
+    source: CompileSource
+    file_optimizer: str = ""  # the file's own optimizer's class, when it came compiled
+
+
 def load_model(
     config: RunConfig, strategy: Any, *, input_shape: tuple[int, ...], num_classes: int,
     log: Log, custom_objects_file: str | Path | None = None,
 ) -> keras.Model:
+    """`load_run_model(...).model`: for callers that do not report the optimizer."""
+    return load_run_model(config, strategy, input_shape=input_shape, num_classes=num_classes,
+                          log=log, custom_objects_file=custom_objects_file).model
+
+
+def load_run_model(
+    config: RunConfig, strategy: Any, *, input_shape: tuple[int, ...], num_classes: int,
+    log: Log, custom_objects_file: str | Path | None = None,
+) -> LoadedModel:
     """The run's model, built or loaded inside `strategy.scope()`, compiled, ready to fit.
 
     The run's dtype policy (`config.precision`) is set first, so what is built
-    takes it; a loaded file's layers are switched to it (see precision.py).
+    takes it; a loaded file's layers are switched to it (see precision.py). A
+    compiled file keeps its own optimizer unless `config.override_compile`.
     """
     info = None if config.model == DEMO else inspect_model_file(config.model)
     custom_objects = load_custom_objects(custom_objects_file) if custom_objects_file else {}
@@ -77,15 +98,31 @@ def load_model(
             model = sync_batchnorm(model, log)
         if info is not None and info.format == "h5" and not model.compiled:
             _compile_from_training_config(model, info, config, log)
-        if model.compiled:
-            if info is None or (info.format != "h5" and info.wrapper is None):
-                log(f"the model comes compiled: using its own optimizer "
-                    f"({type(model.optimizer).__name__}) and loss ({describe_loss(model.loss)}); "
-                    "the optimizer and loss settings are not used")
-        else:
+        source, file_optimizer = CompileSource.RUN, ""
+        if not model.compiled:
             compile_model(model, config, log)
+        else:
+            file_optimizer = optimizer_in_use(model)[0]
+            if config.override_compile:
+                source = CompileSource.OVERRIDE
+                _override_optimizer(model, config, log)
+            else:
+                source = CompileSource.FILE
+                if info is None or (info.format != "h5" and info.wrapper is None):
+                    log(f"the model comes compiled: using its own optimizer ({file_optimizer})"
+                        f" and loss ({describe_loss(model.loss)}); the optimizer and "
+                        "learning-rate settings are not used (Override uses them)")
         precision.ensure_loss_scaling(model, config.precision, log)
-    return model
+    return LoadedModel(model, source, file_optimizer)
+
+
+def optimizer_in_use(model: keras.Model) -> tuple[str, float | None]:
+    """The class of the optimizer `model` trains with, and its learning rate now (None: a
+    schedule), looking through a LossScaleOptimizer."""
+    optimizer = getattr(model.optimizer, "inner_optimizer", model.optimizer)
+    if isinstance(optimizer.get_config().get("learning_rate"), dict):
+        return type(optimizer).__name__, None
+    return type(optimizer).__name__, float(keras.ops.convert_to_numpy(optimizer.learning_rate))
 
 
 def load_custom_objects(path: str | Path) -> dict[str, Any]:
@@ -235,13 +272,29 @@ def _user_line(exc: BaseException, path: Path) -> str:
 def compile_model(model: keras.Model, config: RunConfig, log: Log) -> None:
     """Compile with the run's optimizer and learning rate, loss (or one fit for the output)."""
 
-    optimizer = type(keras.optimizers.get(config.optimizer.lower()))(
-        learning_rate=config.learning_rate)
+    optimizer = _run_optimizer(config)
     loss = config.loss if config.loss is not None else _auto_loss(model, log)
     metrics = [_metric_for(m, loss) for m in config.metrics]
     model.compile(optimizer=optimizer, loss=loss, metrics=metrics, steps_per_execution=1)
     log(f"compiled with {type(optimizer).__name__}(learning_rate={config.learning_rate}), "
         f"loss {describe_loss(loss)}, metrics {list(config.metrics)}")
+
+
+def _run_optimizer(config: RunConfig) -> keras.optimizers.Optimizer:
+    return type(keras.optimizers.get(config.optimizer.lower()))(
+        learning_rate=config.learning_rate)
+
+
+def _override_optimizer(model: keras.Model, config: RunConfig, log: Log) -> None:
+    """Compile a compiled model again with the run's optimizer and learning rate; its loss
+    and metrics stay, its optimizer (and the state saved for it) goes."""
+    replaced = optimizer_in_use(model)[0]
+    compile_config = model.get_compile_config()
+    compile_config["optimizer"] = keras.optimizers.serialize(_run_optimizer(config))
+    model.compile_from_config(compile_config)
+    log(f"overriding the file's compile settings: {optimizer_in_use(model)[0]}"
+        f"(learning_rate={config.learning_rate}) instead of {replaced}; the file's loss "
+        f"({describe_loss(model.loss)}) and metrics are kept")
 
 
 def _auto_loss(model: keras.Model, log: Log) -> Any:

@@ -32,6 +32,7 @@ from mgpu_gui.core.events import (
     RunStatus,
 )
 from mgpu_gui.core.lr_schedule import LinearScaling, format_lr
+from mgpu_gui.core.modelfiles.compile_facts import CompileSource
 from mgpu_gui.core.runs import checkpoints as ckpt
 from mgpu_gui.core.runs.folder import RunDir
 from mgpu_gui.engine import models, xla
@@ -62,6 +63,8 @@ class TrainingSetup:
     test: tf.data.Dataset | None
     data: data_mod.PreparedData
     global_batch: int
+    compile_source: CompileSource = CompileSource.RUN  # where the optimizer came from
+    file_optimizer: str = ""  # the model file's own optimizer, when it came compiled
 
 
 class FitLoop:
@@ -139,6 +142,7 @@ def _run(config: RunConfig, run_dir: RunDir, plan: DevicePlan, strategy: tf.dist
     steps = batching.steps(prepared.train_samples, setup.global_batch)
     dropped = batching.dropped_per_epoch(prepared.train_samples, setup.global_batch)
     initial_epoch = loop.backup_epoch(run_dir)
+    optimizer, learning_rate = models.optimizer_in_use(model)
     sink.emit(RunStarted(
         run_dir=str(run_dir.path), device_kind=plan.kind.value,
         devices=loop.devices(strategy), device_names=list(plan.names),
@@ -149,6 +153,8 @@ def _run(config: RunConfig, run_dir: RunDir, plan: DevicePlan, strategy: tf.dist
         initial_epoch=initial_epoch, model_name=model.name, params=int(model.count_params()),
         cross_device_ops=cross_device_ops, tf_version=tf.__version__,
         keras_version=keras.__version__, summary=models.model_summary(model),
+        optimizer=optimizer, learning_rate=learning_rate,
+        optimizer_source=setup.compile_source.value, file_optimizer=setup.file_optimizer,
     ))
     if dropped:
         log(f"{dropped} of {prepared.train_samples} training samples are left out of each "
@@ -217,9 +223,10 @@ def prepare(config: RunConfig, strategy: tf.distribute.Strategy, log) -> Trainin
     """Load data and model under the strategy, match labels to the loss, batch the data."""
     prepared = data_mod.load_data(config)
     global_batch = config.batch_per_replica * strategy.num_replicas_in_sync
-    model = models.load_model(config, strategy, input_shape=prepared.input_shape,
-                              num_classes=prepared.num_classes, log=log,
-                              custom_objects_file=config.custom_objects)
+    loaded = models.load_run_model(config, strategy, input_shape=prepared.input_shape,
+                                   num_classes=prepared.num_classes, log=log,
+                                   custom_objects_file=config.custom_objects)
+    model = loaded.model
     models.check_model_fits_data(model, prepared.input_shape, prepared.num_classes,
                                  prepared.label_max)
     _check_mirrored(model, strategy, log)
@@ -250,6 +257,7 @@ def prepare(config: RunConfig, strategy: tf.distribute.Strategy, log) -> Trainin
             f"{replicas} replicas (each must get one); validation is skipped.", "warning")
     return TrainingSetup(
         model=model, data=prepared, global_batch=global_batch,
+        compile_source=loaded.source, file_optimizer=loaded.file_optimizer,
         train=batched(prepared.train, prepared.train_samples, global_batch, "training"),
         val=evaluation(prepared.val, prepared.val_samples, "validation"),
         test=evaluation(prepared.test, prepared.test_samples, "test"),

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from mgpu_gui.core.modelfiles.compile_facts import CompileFacts
 from mgpu_gui.core.modelfiles.wrapper import WrapperInfo, config_layers, find_wrapper, walk_config
 
 ModelFormat = Literal["keras", "h5", "py"]
@@ -28,7 +29,8 @@ class ModelFileInfo:
     model, a `.py` file). `lambda_layers` names every Lambda layer, nested
     models included, because each one runs Python code from the file on load.
     `wrapper` describes a legacy multi-GPU wrapper (towers of slicing Lambdas
-    around one nested template); such a file is unwrapped, never run.
+    around one nested template); such a file is unwrapped, never run. `compile`
+    is how a compiled file was compiled (None: not compiled, or not readable).
     """
 
     path: Path
@@ -46,6 +48,7 @@ class ModelFileInfo:
     wrapper: WrapperInfo | None = None
     # A trained file holds its optimizer's slots (None: could not tell, or a .py file).
     optimizer_state: bool | None = None
+    compile: CompileFacts | None = None
 
 
 def lambda_refused(info: ModelFileInfo, names: str | None = None) -> str:
@@ -59,6 +62,7 @@ def lambda_refused(info: ModelFileInfo, names: str | None = None) -> str:
 def info_from_config(
     path: Path, fmt: ModelFormat, config: dict[str, Any], *,
     compiled: bool, loss: str | None, keras_version: str | None,
+    compile: CompileFacts | None = None,
 ) -> ModelFileInfo:
     lambdas = tuple(
         str((node.get("config") or {}).get("name", "?"))
@@ -73,7 +77,7 @@ def info_from_config(
         output_units=units, output_activation=activation,
         compiled=compiled, loss=loss,
         has_lambda=bool(lambdas), keras_version=keras_version, lambda_layers=lambdas,
-        wrapper=find_wrapper(config),
+        wrapper=find_wrapper(config), compile=compile,
     )
 
 

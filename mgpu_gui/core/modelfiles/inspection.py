@@ -22,6 +22,7 @@ from typing import Any
 import h5py
 
 from mgpu_gui.core.errors import ModelError
+from mgpu_gui.core.modelfiles.compile_facts import compile_facts
 from mgpu_gui.core.modelfiles.info import ModelFileInfo, ModelFormat, info_from_config, loss_name
 from mgpu_gui.core.modelfiles.optimizer_state import has_optimizer_state
 
@@ -83,11 +84,14 @@ def _inspect_keras(path: Path) -> ModelFileInfo:
     if not isinstance(config, dict) or "class_name" not in config:
         raise ModelError(f"{path.name}: config.json does not describe a Keras model.")
     compile_config = config.get("compile_config") or None
+    loss = loss_name(compile_config.get("loss")) if isinstance(compile_config, dict) else None
     return info_from_config(
         path, "keras", config,
-        compiled=bool(compile_config),
-        loss=loss_name(compile_config.get("loss")) if compile_config else None,
+        compiled=bool(compile_config), loss=loss,
         keras_version=metadata.get("keras_version"),
+        compile=compile_facts(compile_config.get("optimizer"), loss,
+                              compile_config.get("metrics"))
+        if isinstance(compile_config, dict) else None,
     )
 
 
@@ -123,11 +127,13 @@ def _inspect_h5(path: Path) -> ModelFileInfo:
         raise ModelError(f"{path.name}: model_config does not describe a Keras model.")
     training = _json(attrs["training_config"], path, "training_config") if attrs.get(
         "training_config") else None
+    loss = loss_name(training.get("loss")) if isinstance(training, dict) else None
     return info_from_config(
         path, "h5", config,
-        compiled=bool(training),
-        loss=loss_name(training.get("loss")) if isinstance(training, dict) else None,
+        compiled=bool(training), loss=loss,
         keras_version=attrs.get("keras_version"),
+        compile=compile_facts(training.get("optimizer_config"), loss, training.get("metrics"))
+        if isinstance(training, dict) else None,
     )
 
 

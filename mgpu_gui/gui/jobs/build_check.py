@@ -2,10 +2,12 @@
 
 A `.py` builder's shapes (and any model's summary) need TensorFlow, so a
 probe child builds the model (`ModelProbeJob` on a `ChildJobRunner`).
-`BuildCheck` remembers which build settings the latest probe was asked for: a
-probe made out of date by an edit is killed (its result is dropped), a `.py`
-builder whose instant checks pass is probed again, and a failed build becomes a
-problem on the model or the data field.
+`BuildCheck` remembers which build settings the facts it shows describe: when
+they change, the probe made out of date is killed and everything it told (the
+status line with its parameter count or build error, the summary, the problem)
+is withdrawn at once, whether or not a probe was running. A `.py` builder whose
+instant checks pass is then probed again, and a failed build becomes a problem
+on the model or the data field.
 """
 
 from __future__ import annotations
@@ -31,27 +33,36 @@ class BuildCheck(QObject):
     """The model probe's lifecycle for the run setup."""
 
     status = Signal(str)  # "Building model…", what was built, or "" (nothing to say)
-    summary_ready = Signal(str)  # the built model's summary
+    summary_ready = Signal(str)  # the built model's summary; "" withdraws the last one
     finished = Signal()  # a probe answered: check again, `problem()` may have changed
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.probe = ChildJobRunner(self)
+        self._followed: Hashable = None  # the build settings what is shown describes
         self._key: Hashable = None  # the build settings the latest probe was asked for
         self._result: ProbeOutcome | None = None
         self.probe.started.connect(lambda: self.status.emit("Building model…"))
         self.probe.finished.connect(self._finished)
 
-    def follow(self, config: RunConfig, instant_problems: bool) -> None:
-        """After a check of `config`: drop an out-of-date probe or result; probe a `.py`
-        builder the instant checks found nothing wrong with."""
-        if build_key(config) == self._key:
+    def drop_stale(self, config: RunConfig) -> None:
+        """Withdraw at once every fact about other build settings than `config`'s: kill
+        their probe, forget its result, clear the status line and the summary."""
+        key = build_key(config)
+        if key == self._followed:
             return
-        if self.probe.is_running():
-            self.probe.cancel()
-            self.status.emit("")
-        self._result = None
-        if config.model.lower().endswith(".py") and not instant_problems:
+        self._followed = key
+        self.probe.cancel()  # a cancelled probe's outcome is never reported
+        self._key = self._result = None
+        self.status.emit("")
+        self.summary_ready.emit("")
+
+    def follow(self, config: RunConfig, instant_problems: bool) -> None:
+        """After a check of `config`: drop what is out of date; probe a `.py` builder the
+        instant checks found nothing wrong with, unless it was probed already."""
+        self.drop_stale(config)
+        if (config.model.lower().endswith(".py") and not instant_problems
+                and self._key != self._followed):
             self._start(config)  # only a built .py model can tell its shapes
 
     def problem(self) -> tuple[str, str] | None:
@@ -67,6 +78,7 @@ class BuildCheck(QObject):
             self._start(config)
 
     def _start(self, config: RunConfig) -> None:
+        self.drop_stale(config)
         self._key = build_key(config)
         self._result = None
         self.probe.start(ModelProbeJob(config))

@@ -24,7 +24,9 @@ class LogPanel(QTabWidget):
         self.summary = QPlainTextEdit(readOnly=True)
         self.summary.setFont(fixed)
         self.summary.setAccessibleName("Model summary")
-        self.summary.setPlaceholderText("The model summary appears when a model is loaded.")
+        self.summary.setPlaceholderText("The picked model's summary appears here after "
+                                        "\"Show summary\" in the Run panel, or when a run "
+                                        "starts.")
         self.setAccessibleName("Log, model summary and runs")
         self.tabBar().setAccessibleName("Log tabs")
         self.addTab(self.log, "Log")
@@ -46,4 +48,5 @@ class LogPanel(QTabWidget):
         self.log.appendPlainText(time.strftime("%H:%M:%S ") + text)
 
     def set_summary(self, text: str) -> None:
+        """The summary of the model picked now; "" when the model changed (none known yet)."""
         self.summary.setPlainText(text)

@@ -3,10 +3,13 @@
 Instant checks (no TensorFlow: `RunConfig.problems`, then the model and data
 files and the output folder through `SetupChecker`, which reads a file again
 only when it changed) run ~150 ms after the last change and outline the field
-that is wrong, with the core's message under it. What only a built model can
-tell (a `.py` builder, "Show summary") runs in a probe child process
-(`BuildCheck`); a newer request kills the older probe. The widgets are
-`RunSetupForm`'s. This module never imports TensorFlow or Keras.
+that is wrong, with the core's message under it. Everything shown about the
+files is keyed by the model and data paths it was read from: the moment either
+path changes, those facts go (build status and summary, file notices, sample
+counts, the files' problems), and the checks read the new files after the pause.
+What only a built model can tell (a `.py` builder, "Show summary") runs in a
+probe child process (`BuildCheck`); a newer request kills the older probe. The
+widgets are `RunSetupForm`'s. This module never imports TensorFlow or Keras.
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ class RunSetupPanel(RunSetupForm):
         self._problems: dict[str, str] = {}
         self._data_info: DataInfo | None = None
         self.model_info: ModelFileInfo | None = None
+        self._facts_paths: tuple[str, str] | None = None  # (model, data) the facts describe
         self._checker = SetupChecker()
         self._check_timer = QTimer(self)
         self._check_timer.setSingleShot(True)
@@ -117,6 +121,7 @@ class RunSetupPanel(RunSetupForm):
         config = self.build_config()
         found = self._checker.check(config, self._replicas, self.input_problems(config))
         problems, self._data_info, self.model_info = found.problems, found.data, found.model
+        self._facts_paths = (config.model, config.data)
         self._build.follow(config, instant_problems=bool(problems))
         failed = self._build.problem()
         if failed is not None:
@@ -124,7 +129,9 @@ class RunSetupPanel(RunSetupForm):
         self._problems = problems
         self.show_problems(problems, self._data_info)
         # What the file is does not depend on the data: shown even when they do not fit.
-        self.wrapper_notice.show_for(None if config.model == DEMO else self.model_info)
+        file_info = None if config.model == DEMO else self.model_info
+        self.wrapper_notice.show_for(file_info)
+        self.compile_source.show_for(file_info.compile if file_info is not None else None)
         self._update_batch_text()
         self._update_speed_hints()
         self.config_changed.emit()
@@ -168,6 +175,10 @@ class RunSetupPanel(RunSetupForm):
     # -- reacting to changes ------------------------------------------------
     def _connect_panel(self) -> None:
         self.edited.connect(self._check_timer.start)
+        # Facts about the old files go at once, not after the checks' pause.
+        self.model_edit.textChanged.connect(self._drop_stale_facts)
+        self.data_edit.textChanged.connect(self._drop_stale_facts)
+        self.data_kind.currentIndexChanged.connect(self._drop_stale_facts)
         # The hints follow each keystroke; the checks wait for the pause.
         self.lr_edit.textChanged.connect(self._update_speed_hints)
         self.scale_lr.toggled.connect(self._update_speed_hints)
@@ -178,6 +189,26 @@ class RunSetupPanel(RunSetupForm):
         self.data_browse.clicked.connect(self._browse_data)
         self.output_browse.clicked.connect(self._browse_output)
         self.summary_button.clicked.connect(self.show_summary)
+
+    def _drop_stale_facts(self) -> None:
+        """The model or data path changed: withdraw what was read or built from the old ones.
+
+        Left on screen are only the problems the config shows by itself (no file read);
+        the debounced check reads the new files and shows what they hold.
+        """
+        config = self.build_config()
+        if self._facts_paths == (config.model, config.data):
+            return
+        self._facts_paths = None
+        self._build.drop_stale(config)
+        self._data_info = self.model_info = None
+        self.wrapper_notice.show_for(None)
+        self.compile_source.show_for(None)
+        self._problems = self.input_problems(config)
+        self.show_problems(self._problems, None)
+        if not self._problems:
+            self.summary_label.setText("Checking the files…")
+        self._update_batch_text()
 
     def _update_speed_hints(self) -> None:
         """The scaled learning rate and what the devices support for the chosen precision."""

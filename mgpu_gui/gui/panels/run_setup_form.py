@@ -38,6 +38,7 @@ from mgpu_gui.core.config import (
 )
 from mgpu_gui.core.datasets.inspection import DataInfo
 from mgpu_gui.core.devices.precision_hint import LABELS as PRECISION_LABELS
+from mgpu_gui.gui.widgets.compile_source import CompileSourceRow
 from mgpu_gui.gui.widgets.field_cells import ERROR_COLOR, STYLE, FieldCell, field_cell
 from mgpu_gui.gui.widgets.wrapper_notice import WrapperNotice
 
@@ -78,6 +79,7 @@ class RunSetupForm(QWidget):
             epochs=self.epochs_spin.value(),
             optimizer=self.optimizer_combo.currentText(),
             learning_rate=self._learning_rate(),
+            override_compile=self.compile_source.override.isChecked(),
             early_stopping=EarlyStoppingConfig(enabled=self.early_stop.isChecked(),
                                                patience=self.patience_spin.value()),
             lr_scaling=LRScalingConfig(enabled=self.scale_lr.isChecked(),
@@ -100,6 +102,7 @@ class RunSetupForm(QWidget):
             self.epochs_spin.setValue(config.epochs)
             self.optimizer_combo.setCurrentText(config.optimizer.lower())
             self.lr_edit.setText(f"{config.learning_rate:g}")
+            self.compile_source.override.setChecked(config.override_compile)
             self.early_stop.setChecked(config.early_stopping.enabled)
             self.patience_spin.setValue(config.early_stopping.patience)
             self.scale_lr.setChecked(config.lr_scaling.enabled)
@@ -293,6 +296,8 @@ class RunSetupForm(QWidget):
                    "Learning rate, e.g. 0.001 or 1e-3. With more replicas the global batch "
                    "grows; a larger learning rate is often needed to match.")
         form.addRow("Optimizer", self._field("optimizer", [self.optimizer_combo]))
+        self.compile_source = CompileSourceRow([self.optimizer_combo, self.lr_edit])
+        form.addRow("", self.compile_source)
         self.lr_hint = QLabel()
         self.lr_hint.setProperty("role", "hint")
         self.lr_hint.setWordWrap(True)
@@ -397,7 +402,7 @@ class RunSetupForm(QWidget):
                      self.epochs_spin, self.patience_spin):
             spin.valueChanged.connect(self._edited)
         for box in (self.allow_code, self.early_stop, self.sync_bn, self.scale_lr,
-                    self.xla_check):
+                    self.xla_check, self.compile_source.override):
             box.toggled.connect(self._edited)
         self.warmup_spin.valueChanged.connect(self._edited)
         self.optimizer_combo.currentIndexChanged.connect(self._edited)
