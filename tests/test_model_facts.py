@@ -228,6 +228,8 @@ def test_a_compiled_file_shows_its_optimizer_and_disables_the_forms(panel, tmp_p
     panel.model_edit.setText("demo")
     assert not row.isVisibleTo(panel)
     assert panel.optimizer_combo.isEnabled() and panel.lr_edit.isEnabled()
+    # The override was about that file: the next compiled file starts with its own optimizer.
+    assert not row.override.isChecked() and not panel.build_config().override_compile
 
 
 def test_an_uncompiled_file_leaves_the_form_in_charge(panel, tmp_path):

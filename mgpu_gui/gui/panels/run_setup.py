@@ -199,6 +199,9 @@ class RunSetupPanel(RunSetupForm):
         config = self.build_config()
         if self._facts_paths == (config.model, config.data):
             return
+        if self._facts_paths is not None and self._facts_paths[0] != config.model:
+            # Override is a choice about one file's optimizer, not about the next file.
+            self.compile_source.override.setChecked(False)
         self._facts_paths = None
         self._build.drop_stale(config)
         self._data_info = self.model_info = None
