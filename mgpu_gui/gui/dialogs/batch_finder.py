@@ -11,7 +11,7 @@ the dialog kill the running probe.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtCore import QObject, QSize, Qt, Signal
 from PySide6.QtWidgets import (
     QDoubleSpinBox,
     QGridLayout,
@@ -49,6 +49,7 @@ from mgpu_gui.gui.jobs.background_job import (
     source_name,
     spin_box,
 )
+from mgpu_gui.gui.widgets.screen_fit import fit_to_screen
 from mgpu_gui.gui.widgets.tables import read_only_table
 
 COLUMNS = ("Batch per device", "Peak memory", "Time", "Result")
@@ -78,7 +79,7 @@ class BatchFinderDialog(JobDialog):
         self.report: BatchReport | None = None
         self._build()
         self._set_running(False)
-        self.resize(760, 600)
+        fit_to_screen(self, QSize(760, 600))
 
     # -- layout ----------------------------------------------------------------
     def _build(self) -> None:
@@ -89,6 +90,7 @@ class BatchFinderDialog(JobDialog):
         what.setToolTip(f"Model: {config.model}\nData: {config.data}\n"
                         "Change them in the run setup.")
         what.setAccessibleName("Model, data and devices")
+        what.setWordWrap(True)  # long file names and GPU lists: lines, not a wider dialog
         self.cap_spin = QDoubleSpinBox()
         self.cap_spin.setRange(0, 100_000)
         self.cap_spin.setDecimals(2)
@@ -120,7 +122,7 @@ class BatchFinderDialog(JobDialog):
 
         settings = QGroupBox("What to probe")
         grid = QGridLayout(settings)
-        grid.addWidget(QLabel("Run"), 0, 0)
+        grid.addWidget(QLabel("Run"), 0, 0, Qt.AlignmentFlag.AlignTop)  # by the first line
         grid.addWidget(what, 0, 1, 1, 3)
         labelled_grid(grid, [
             (("&Memory cap", self.cap_spin), ("&Largest batch", self.max_spin)),

@@ -8,6 +8,7 @@ the main window (`RunController.start_cluster`).
 
 from __future__ import annotations
 
+from PySide6.QtCore import QSize
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -34,6 +35,7 @@ from mgpu_gui.core.runs.cluster import (
     worker_commands,
 )
 from mgpu_gui.core.runs.folder import RunDir
+from mgpu_gui.gui.widgets.screen_fit import fit_to_screen
 
 CONFIG_NAME = "cluster-config.json"  # next to the run folders: what the other workers read
 GUI_START_TIMEOUT_S = 600.0  # time to start the others by hand after pressing Start
@@ -106,7 +108,7 @@ class ClusterDialog(QDialog):
         for signal in (self.workers.textChanged, self.start_timeout.valueChanged,
                        self.peer_timeout.valueChanged):
             signal.connect(self._check)
-        self.resize(720, 420)
+        fit_to_screen(self, QSize(720, 420))
         self._check()
 
     def _check(self) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import html
 
-from PySide6.QtCore import QEvent, Qt
+from PySide6.QtCore import QEvent, QSize, Qt
 from PySide6.QtGui import QFontDatabase, QGuiApplication
 from PySide6.QtWidgets import (
     QDialog,
@@ -32,6 +32,7 @@ from mgpu_gui.core.tools.doctor_report import SYMBOLS, format_facts, report
 from mgpu_gui.core.tools.tf_facts import TfFactsJob
 from mgpu_gui.gui.jobs.child_job import ChildJobRunner
 from mgpu_gui.gui.theme import on_background
+from mgpu_gui.gui.widgets.screen_fit import fit_to_screen
 
 SEVERITY_COLORS = {Severity.OK: "#1a7f37", Severity.WARNING: "#9a6700",
                    Severity.ERROR: "#cf222e"}
@@ -88,7 +89,7 @@ class DoctorDialog(QDialog):
         layout.addWidget(self.busy)
         layout.addWidget(split, 1)
         layout.addWidget(buttons)
-        self.resize(720, 560)
+        fit_to_screen(self, QSize(720, 560))
         self._show()
         if ask:
             self.check()

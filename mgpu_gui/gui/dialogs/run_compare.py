@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, Qt
+from PySide6.QtCore import QEvent, QSize, Qt
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -27,6 +27,7 @@ from mgpu_gui.core.events import EpochEnd, Event
 from mgpu_gui.core.series import LR_NAMES
 from mgpu_gui.gui.theme import plot_colors
 from mgpu_gui.gui.widgets.plots import color_plot
+from mgpu_gui.gui.widgets.screen_fit import fit_to_screen
 
 PREFERRED = ("val_loss", "loss", "val_accuracy", "accuracy")
 
@@ -165,4 +166,4 @@ class RunCompareDialog(QDialog):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(self.view)
-        self.resize(760, 480)
+        fit_to_screen(self, QSize(760, 480))

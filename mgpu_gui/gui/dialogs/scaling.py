@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QColor, QFont
 from PySide6.QtWidgets import (
     QComboBox,
@@ -52,6 +52,7 @@ from mgpu_gui.gui.jobs.background_job import (
 )
 from mgpu_gui.gui.jobs.scaling_job import ScalingController
 from mgpu_gui.gui.widgets.scaling_plot import ScalingPlot, render_png
+from mgpu_gui.gui.widgets.screen_fit import fit_to_screen
 from mgpu_gui.gui.widgets.tables import read_only_table
 
 COLUMNS = ("Devices", "Global batch", "Per device", "Samples/s", "Speed-up", "Efficiency",
@@ -76,7 +77,7 @@ class ScalingDialog(JobDialog):
         self.report: ScalingReport | None = None
         self._build()
         self._set_running(False)
-        self.resize(1100, 820)
+        fit_to_screen(self, QSize(1100, 820))
 
     # -- layout ----------------------------------------------------------------
     def _build(self) -> None:
@@ -85,6 +86,7 @@ class ScalingDialog(JobDialog):
         what.setToolTip(f"Model: {config.model}\nData: {config.data}\n"
                         "Change them in the run setup.")
         what.setAccessibleName("Model and data measured")
+        what.setWordWrap(True)  # long file names: two lines rather than a wider dialog
         self.max_spin = spin_box(1, len(selection.gpus) or 64,
                               len(selection.gpus) or selection.replicas or 2,
                               "Largest device count",
@@ -120,14 +122,15 @@ class ScalingDialog(JobDialog):
 
         settings = QGroupBox("What to measure")
         grid = QGridLayout(settings)
+        grid.addWidget(QLabel("Model and data"), 0, 0, Qt.AlignmentFlag.AlignTop)
+        grid.addWidget(what, 0, 1, 1, 5)  # a row of its own: file names can be long
         labelled_grid(grid, [
-            (("Model and data", what), ("&Devices, up to", self.max_spin),
-             ("&Counts", self.counts_edit)),
+            (("&Devices, up to", self.max_spin), ("&Counts", self.counts_edit)),
             (("&Scaling", self.mode_combo), ("&Batch per device", self.batch_spin),
              ("&Global batch", self.global_spin)),
             (("&Timed steps", self.steps_spin), ("&Warm-up steps", self.warmup_spin),
              ("Efficiency t&hreshold", self.threshold_spin)),
-        ])
+        ], first_row=1)
         self._on_mode()
 
         run_row = self._run_row(

@@ -21,7 +21,7 @@ from PySide6.QtWidgets import QApplication, QHBoxLayout, QLabel, QVBoxLayout, QW
 
 from mgpu_gui.core.tools.scaling import ScalingReport, describe, device_word
 from mgpu_gui.gui.theme import PlotColors, on_background, plot_colors
-from mgpu_gui.gui.widgets.plots import color_plot
+from mgpu_gui.gui.widgets.plots import EDGE_PX, color_plot, keep_edges_whole
 
 MEASURED, IDEAL, GOOD, WARN, FAILED = "#1f77b4", "#8a8a8a", "#2e7d32", "#c62828", "#c62828"
 PNG_SIZE = (1100, 520)
@@ -40,6 +40,7 @@ def _style(widget: pg.PlotWidget, title: str, left: str) -> pg.PlotItem:
     item.showGrid(x=True, y=True, alpha=0.15)
     item.getAxis("left").setWidth(64)  # room for "100000" beside the label, known up front
     item.setMenuEnabled(False)
+    keep_edges_whole(item)
     widget.setMinimumSize(260, 200)
     return item
 
@@ -54,6 +55,7 @@ class ScalingPlot(QWidget):
         self._fixed_colors = colors is not None
         self.setAccessibleName("Scaling plots")
         self.report: ScalingReport | None = None
+        self._rate_top = 1.0  # the throughput plot's y range is 0 (or a little under) to this
         self.throughput = pg.PlotWidget()
         self.throughput.setAccessibleName("Samples per second against devices")
         self.throughput.setToolTip("Measured throughput (median step) and the ideal: the "
@@ -102,6 +104,8 @@ class ScalingPlot(QWidget):
         eff.addItem(self.efficiency_curve)
         eff.addItem(self.threshold_line, ignoreBounds=True)
         eff.addItem(self.recommended_lines[1], ignoreBounds=True)
+
+        rate.getViewBox().sigResized.connect(self._fit_rate_range)
 
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -169,6 +173,17 @@ class ScalingPlot(QWidget):
             item.setXRange(1 - X_PAD, devices + X_PAD, padding=0)
             item.setYRange(0, top, padding=0)
 
+    def _fit_rate_range(self) -> None:
+        """Samples/s from 0 up; with failed counts (marked at 0) from `EDGE_PX` pixels
+        under 0, at any height, so their marks are whole rather than cut in half."""
+        if self.report is None:
+            return  # the empty plot's range is `clear`'s
+        bottom = 0.0
+        if self.failed_marks.xData is not None and len(self.failed_marks.xData):
+            room = max(self.throughput.getPlotItem().getViewBox().height() - EDGE_PX, EDGE_PX)
+            bottom = -EDGE_PX * self._rate_top / room
+        self.throughput.getPlotItem().setYRange(bottom, self._rate_top, padding=0)
+
     def set_report(self, report: ScalingReport) -> None:
         self.report = report
         counts = [p.devices for p in report.points]
@@ -217,8 +232,8 @@ class ScalingPlot(QWidget):
             if counts:
                 item.setXRange(min(counts) - X_PAD, max(counts) + X_PAD, padding=0)
         ideal = self.ideal_curve.yData if self.ideal_curve.yData is not None else []
-        top_rate = max([*rates, *fast, *ideal], default=1.0)
-        self.throughput.getPlotItem().setYRange(0, top_rate * 1.08, padding=0)
+        self._rate_top = max([*rates, *fast, *ideal], default=1.0) * 1.08
+        self._fit_rate_range()
         top_eff = max([100.0, *[100 * (p.efficiency or 0.0) for p in ran]])
         self.efficiency.getPlotItem().setYRange(0, top_eff * 1.1, padding=0)
 
