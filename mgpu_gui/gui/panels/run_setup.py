@@ -27,7 +27,7 @@ from mgpu_gui.core.datasets.inspection import DataInfo
 from mgpu_gui.core.devices.nvml import GpuInfo
 from mgpu_gui.core.devices.precision_hint import precision_hint
 from mgpu_gui.core.errors import UserError
-from mgpu_gui.core.lr_schedule import LinearScaling
+from mgpu_gui.core.lr_schedule import LinearScaling, format_lr
 from mgpu_gui.core.modelfiles.info import ModelFileInfo
 from mgpu_gui.gui.jobs.build_check import BuildCheck
 from mgpu_gui.gui.jobs.setup_check import SetupChecker
@@ -62,12 +62,11 @@ class RunSetupPanel(RunSetupForm):
         self._check_timer.setInterval(CHECK_DELAY_MS)
         self._check_timer.timeout.connect(self.check_now)
         self._build = BuildCheck(self)
-        self._build.status.connect(self._set_model_status)
+        self._build.status.connect(self.model_status.setText)
         self._build.summary_ready.connect(self.summary_ready)
         self._build.finished.connect(self.check_now)
         self._recent = RecentFiles(self.model_combo, f"{SETTINGS_GROUP}/recent_models", DEMO)
         self._connect_panel()
-        self._set_model_status("")
         self._load_recent()
         self.check_now()
 
@@ -184,9 +183,13 @@ class RunSetupPanel(RunSetupForm):
         lr = self._learning_rate()
         scaling = self.scale_lr.isChecked() and math.isfinite(lr) and lr > 0
         self.warmup_spin.setEnabled(self.scale_lr.isChecked())
-        self.lr_hint.setText(LinearScaling(lr, self._replicas, self.warmup_spin.value()
-                                           ).describe() if scaling else "")
-        self.lr_hint.setVisible(scaling)
+        if scaling:
+            text = LinearScaling(lr, self._replicas, self.warmup_spin.value()).describe()
+        elif math.isfinite(lr) and lr > 0:
+            text = f"not scaled: trains at {format_lr(lr)} on any number of replicas"
+        else:
+            text = ""
+        self.lr_hint.setText(text)
         hint = precision_hint(self.precision_combo.currentData(), self._gpus)
         self.precision_hint.setText(hint.text)
         self.precision_hint.setStyleSheet(f"color: {WARNING_COLOR};" if hint.warning else "")
@@ -198,9 +201,8 @@ class RunSetupPanel(RunSetupForm):
         self.batch_text.setText(f"× {replicas} replica{'s' if replicas != 1 else ''} = "
                                 f"{global_batch:,} global")
         info = self._data_info
-        self.batch_hint.setVisible(info is not None)
         if info is None:
-            self.batch_hint.setText("")
+            self.batch_hint.setText("Steps per epoch: shown once the data can be read.")
             return
         train, _, _ = info.split_counts(self.split_spin.value() / 100.0)
         steps = data_mod.steps(train, global_batch)
@@ -209,10 +211,6 @@ class RunSetupPanel(RunSetupForm):
             f"{train:,} training samples: {steps:,} step{'s' if steps != 1 else ''} per epoch"
             + (f", {dropped:,} sample{'s' if dropped != 1 else ''} dropped per epoch"
                if dropped else ", none dropped"))
-
-    def _set_model_status(self, text: str) -> None:
-        self.model_status.setText(text)
-        self.model_status.setVisible(bool(text))
 
     def _load_recent(self, settings: QSettings | None = None) -> None:
         with self._quiet():
