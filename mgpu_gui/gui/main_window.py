@@ -400,7 +400,9 @@ class MainWindow(ToolDialogs, RunHistory, QMainWindow):
 
     # -- devices -------------------------------------------------------------
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt's name)
-        if watched is self.gpu_panel and event.type() == QEvent.Type.LayoutRequest:
+        # New content, or a new width: its wrapped notices take more or fewer lines.
+        if watched is self.gpu_panel and event.type() in (QEvent.Type.LayoutRequest,
+                                                          QEvent.Type.Resize):
             self._fit_gpu_panel()
         return super().eventFilter(watched, event)
 
@@ -411,7 +413,10 @@ class MainWindow(ToolDialogs, RunHistory, QMainWindow):
         if self._gpu_split_by_user:
             return
         sizes = self.left_splitter.sizes()
-        wanted = self.gpu_panel.sizeHint().height()
+        panel = self.gpu_panel
+        # At the panel's real width: its size hint wraps text at a narrower one (wasted lines).
+        wanted = (panel.heightForWidth(panel.width()) if panel.hasHeightForWidth()
+                  else panel.sizeHint().height())
         if sizes[0] != wanted:
             self.left_splitter.setSizes([wanted, max(sum(sizes) - wanted, 200)])
 
