@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
 
 from mgpu_gui.core.devices.nvml import GpuInventory, NvmlState
 from mgpu_gui.gui.jobs.telemetry_source import TelemetrySource
-from mgpu_gui.gui.main_window import DEFAULT_SIZE, MainWindow
+from mgpu_gui.gui.main_window import DEFAULT_SIZE, MIN_SIZE, MainWindow
 from mgpu_gui.gui.panels.run_setup import RunSetupPanel
 from mgpu_gui.gui.widgets.form_scroll import FormScrollArea
 
@@ -138,12 +138,17 @@ def window(qtbot):
     win.close()
 
 
-def test_the_window_fits_its_screen_and_starts_with_a_400px_run_setup(window):
-    available = window.screen().availableGeometry().size()
-    assert window.width() <= available.width() and window.height() <= available.height()
-    assert window.minimumWidth() <= available.width()
+def test_the_window_fits_its_screen_and_the_splitter_widens_the_run_setup(window):
+    available = window.screen().availableGeometry().size()  # offscreen: 800x800
     assert window.size() == DEFAULT_SIZE.boundedTo(available)
+    assert window.minimumSize() == MIN_SIZE.boundedTo(available)
     assert window.run_setup.train_button.defaultAction() is window.train_action
+    window.resize(DEFAULT_SIZE)
+    narrow = window.run_setup.width()
+    window.splitter.setSizes([600, DEFAULT_SIZE.width() - 600])
+    settle()
+    assert window.splitter.sizes()[0] == 600
+    assert window.run_setup.width() > narrow + 150
 
 
 @pytest.mark.parametrize("size", [DEFAULT_SIZE, QSize(1280, 720), QSize(1024, 700)])
