@@ -135,7 +135,7 @@ def test_a_legacy_h5_after_a_counted_model_shows_none_of_its_facts(qtbot, panel,
     assert "388,170" in log.summary.toPlainText()
     panel.set_model_path(legacy_h5(tmp_path / "old.h5"))
     # At once, before the checks' pause: nothing about big.keras is left.
-    assert panel.model_status.text() == "" and not panel.model_status.isVisibleTo(panel)
+    assert panel.model_status.text() == ""
     assert log.summary.toPlainText() == ""
     assert panel.model_info is None
     panel.check_now()
@@ -166,11 +166,11 @@ def test_back_to_demo_drops_the_build_error_at_once(qtbot, panel, probe, tmp_pat
     panel.set_model_path(builder)
     qtbot.waitUntil(lambda: "model" in panel.problems(), timeout=5000)
     assert "could not be built" in panel.model_status.text()
-    assert panel._fields["model"].error.isVisibleTo(panel)
+    assert panel._fields["model"].widgets[0].property("invalid")  # outlined
     panel.model_edit.setText("demo")
     assert panel.model_status.text() == ""
     assert "model" not in panel.problems()
-    assert not panel._fields["model"].error.isVisibleTo(panel)
+    assert not panel._fields["model"].widgets[0].property("invalid")
     assert "could not be built" not in panel.summary_label.text()
 
 
@@ -183,7 +183,7 @@ def test_new_data_drop_the_old_sample_counts_at_once(panel, tmp_path):
     assert "270 training samples" in panel.batch_hint.text()  # 300 less 10 % validation
     assert "300 samples" in panel.summary_label.text()
     panel.set_data_path(tmp_path / "b.npz")
-    assert not panel.batch_hint.isVisibleTo(panel) and panel.batch_hint.text() == ""
+    assert "training samples" not in panel.batch_hint.text()
     assert "300" not in panel.summary_label.text()
     panel.check_now()
     assert "36 training samples" in panel.batch_hint.text()
@@ -209,13 +209,16 @@ def test_a_compiled_file_shows_its_optimizer_and_disables_the_forms(panel, tmp_p
     panel.set_model_path(make(tmp_path))
     panel.check_now()
     row = panel.compile_source
-    assert row.isVisibleTo(panel)
+    assert not row.isHidden()  # in the Optimization section (closed: its header says so)
     assert row.label.text() == "From the file: RMSprop, lr 0.002, categorical_crossentropy"
     assert "accuracy" in row.label.toolTip()
     assert not panel.optimizer_combo.isEnabled() and not panel.lr_edit.isEnabled()
     assert not panel.build_config().override_compile
+    # The Optimization section starts closed: its header says so too.
+    assert panel.sections["optimization"].note.text() == "RMSprop from the model file"
 
     row.override.setChecked(True)
+    assert panel.sections["optimization"].note.text() == "overriding the file's RMSprop"
     assert panel.optimizer_combo.isEnabled() and panel.lr_edit.isEnabled()
     panel.optimizer_combo.setCurrentText("sgd")
     panel.lr_edit.setText("0.01")
@@ -226,7 +229,7 @@ def test_a_compiled_file_shows_its_optimizer_and_disables_the_forms(panel, tmp_p
     assert row.override.isChecked()
 
     panel.model_edit.setText("demo")
-    assert not row.isVisibleTo(panel)
+    assert row.isHidden() and not panel.sections["optimization"].note.text()
     assert panel.optimizer_combo.isEnabled() and panel.lr_edit.isEnabled()
     # The override was about that file: the next compiled file starts with its own optimizer.
     assert not row.override.isChecked() and not panel.build_config().override_compile
@@ -235,7 +238,7 @@ def test_a_compiled_file_shows_its_optimizer_and_disables_the_forms(panel, tmp_p
 def test_an_uncompiled_file_leaves_the_form_in_charge(panel, tmp_path):
     panel.set_model_path(legacy_h5(tmp_path / "plain.h5", training=None))
     panel.check_now()
-    assert not panel.compile_source.isVisibleTo(panel)
+    assert panel.compile_source.isHidden()
     assert panel.optimizer_combo.isEnabled() and panel.lr_edit.isEnabled()
 
 

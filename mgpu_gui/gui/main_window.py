@@ -24,12 +24,11 @@ light or dark scheme (`theme.follow_system_scheme`).
 
 from __future__ import annotations
 
-from PySide6.QtCore import QByteArray, QEvent, QObject, QSettings, Qt
+from PySide6.QtCore import QByteArray, QEvent, QObject, QSettings, QSize, Qt
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QMainWindow,
     QMessageBox,
-    QScrollArea,
     QSplitter,
     QToolBar,
     QVBoxLayout,
@@ -62,8 +61,14 @@ from mgpu_gui.gui.run_notices import outcome_notice
 from mgpu_gui.gui.theme import follow_system_scheme, refresh_style_sheets
 from mgpu_gui.gui.tool_dialogs import ToolDialogs
 from mgpu_gui.gui.widgets.error_banner import ErrorBanner
+from mgpu_gui.gui.widgets.form_scroll import FormScrollArea
 from mgpu_gui.gui.widgets.notifier import Notifier
 from mgpu_gui.gui.widgets.resume_offer import ResumeOffer, StoreReconciler
+
+# Everything stays usable down to MIN_SIZE; both sizes shrink to fit a smaller screen
+# (1280x720 at 125 % scaling is 1024x576 in Qt's units).
+MIN_SIZE, DEFAULT_SIZE = QSize(1024, 700), QSize(1280, 820)
+SETUP_WIDTH = 400  # the run setup's first width; the splitter gives it more on request
 
 
 class MainWindow(ToolDialogs, RunHistory, ExportActions, QMainWindow):
@@ -179,9 +184,8 @@ class MainWindow(ToolDialogs, RunHistory, ExportActions, QMainWindow):
         self.addToolBar(Qt.ToolBarArea.TopToolBarArea, toolbar)
 
     def _build_layout(self) -> None:
-        setup_scroll = QScrollArea()
-        setup_scroll.setWidget(self.run_setup)
-        setup_scroll.setWidgetResizable(True)
+        setup_scroll = FormScrollArea(self.run_setup)
+        self.run_setup.train_button.setDefaultAction(self.train_action)
         left = QSplitter(Qt.Orientation.Vertical)
         left.addWidget(self.gpu_panel)
         left.addWidget(setup_scroll)
@@ -220,7 +224,10 @@ class MainWindow(ToolDialogs, RunHistory, ExportActions, QMainWindow):
         self.splitter.addWidget(left)
         self.splitter.addWidget(right)
         self.splitter.setStretchFactor(1, 1)
+        self.splitter.setCollapsible(0, False)
+        self.splitter.setSizes([SETUP_WIDTH, DEFAULT_SIZE.width() - SETUP_WIDTH])
         self.setCentralWidget(self.splitter)
+        self.setMinimumSize(self._on_screen(MIN_SIZE))
         self.statusBar().showMessage("Looking for GPUs…")
 
     def _connect(self) -> None:
@@ -380,7 +387,9 @@ class MainWindow(ToolDialogs, RunHistory, ExportActions, QMainWindow):
 
     # -- devices -------------------------------------------------------------
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt's name)
-        if watched is self.gpu_panel and event.type() == QEvent.Type.LayoutRequest:
+        # New content, or a new width: its wrapped notices take more or fewer lines.
+        if watched is self.gpu_panel and event.type() in (QEvent.Type.LayoutRequest,
+                                                          QEvent.Type.Resize):
             self._fit_gpu_panel()
         return super().eventFilter(watched, event)
 
@@ -391,7 +400,10 @@ class MainWindow(ToolDialogs, RunHistory, ExportActions, QMainWindow):
         if self._gpu_split_by_user:
             return
         sizes = self.left_splitter.sizes()
-        wanted = self.gpu_panel.sizeHint().height()
+        panel = self.gpu_panel
+        # At the panel's real width: its size hint wraps text at a narrower one (wasted lines).
+        wanted = (panel.heightForWidth(panel.width()) if panel.hasHeightForWidth()
+                  else panel.sizeHint().height())
         if sizes[0] != wanted:
             self.left_splitter.setSizes([wanted, max(sum(sizes) - wanted, 200)])
 
@@ -416,11 +428,15 @@ class MainWindow(ToolDialogs, RunHistory, ExportActions, QMainWindow):
         if isinstance(geometry, QByteArray):
             self.restoreGeometry(geometry)
         else:
-            self.resize(1280, 820)
+            self.resize(self._on_screen(DEFAULT_SIZE))
         state = settings.value("window/splitter")
         if isinstance(state, QByteArray):
             self.splitter.restoreState(state)
         self.run_setup.restore_settings(settings)
+
+    def _on_screen(self, size: QSize) -> QSize:
+        """`size`, made small enough for the screen's available area."""
+        return size.boundedTo(self.screen().availableGeometry().size())
 
     def _save_settings(self) -> None:
         settings = QSettings()

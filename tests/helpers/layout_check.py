@@ -169,14 +169,21 @@ def _outside(widget: QWidget, top: QWidget) -> str:
             if rect.left() < area.left() or rect.right() > area.right():
                 return (f"{_span(rect.left(), rect.right())} sticks out of the scroll viewport "
                         f"{_span(area.left(), area.right())} of {describe(scroll)} sideways")
-            if rect.height() > area.height():
+            # A wrapped paragraph (every problem spelled out) is read by scrolling through it;
+            # anything else taller than the viewport can never be seen whole.
+            paragraph = isinstance(widget, QLabel) and widget.wordWrap()
+            if rect.height() > area.height() and not paragraph:
                 return (f"{rect.height()} px tall, taller than the scroll viewport of "
                         f"{describe(scroll)} ({area.height()} px)")
             bar = scroll.verticalScrollBar()
             below, above = rect.bottom() > area.bottom(), rect.top() < area.top()
             if (below and bar.value() >= bar.maximum()) or (above and bar.value() <= 0):
                 return f"out of the scroll viewport of {describe(scroll)}, out of scroll reach"
-            # Scrolled into view it lies where the viewport is: check the rest from there.
+            # Scrolled into view it lies where the viewport is (a paragraph fills it): check
+            # the rest from there.
+            if paragraph and rect.height() > area.height():
+                rect.setTop(area.top())
+                rect.setHeight(area.height())
             rect.moveTop(max(min(rect.top(), area.bottom() - rect.height() + 1), area.top()))
             continue
         if not area.contains(rect):

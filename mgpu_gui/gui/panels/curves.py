@@ -176,11 +176,13 @@ class CurvesPanel(QWidget):
 
     def _apply_colors(self) -> None:
         colors = self._colors
-        self._key.setText(
-            f'<span style="color:{colors.train}">━ train (smoothed; raw faint)</span>'
-            f'&nbsp;&nbsp;<span style="color:{colors.train}">┄● train (epoch)</span>'
-            f'&nbsp;&nbsp;<span style="color:{colors.val}">━● validation</span>&nbsp;&nbsp;'
-            f'<span style="color:{colors.best}">★ best epoch</span>')
+        entries = ((colors.train, "━ train (smoothed; raw faint)"),
+                   (colors.train, "┄● train (epoch)"), (colors.val, "━● validation"),
+                   (colors.best, "★ best epoch"))
+        # Lines break between entries only (the spaces inside are non-breaking).
+        self._key.setText(" &nbsp;".join(
+            f'<span style="color:{color}">{text.replace(" ", "&nbsp;")}</span>'
+            for color, text in entries))
         for plot in [*self._plots.values(), *self._spares]:
             plot.apply_colors(colors)
         for widget in (self._lr_plot, self._rate_plot):
@@ -220,11 +222,13 @@ class CurvesPanel(QWidget):
         self._x_combo.setAccessibleName("X axis")
         self._x_combo.currentIndexChanged.connect(self._on_x_axis)
         row.addWidget(self._x_combo)
-        row.addStretch(1)
         # The key sits outside the plots, so it never hides a curve or the best point.
+        # It wraps in a narrow window instead of running past the edge.
         self._key = key = QLabel()  # its text is coloured with the curves (_apply_colors)
         key.setAccessibleName("Curve key")
-        row.addWidget(key)
+        key.setWordWrap(True)
+        key.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        row.addWidget(key, 1)
 
     def _build_fixed_plots(self) -> None:
         colors = self._colors

@@ -30,7 +30,8 @@ from mgpu_gui.core.datasets.inspection import DataInfo
 from mgpu_gui.core.devices.nvml import GpuInfo
 from mgpu_gui.core.devices.precision_hint import precision_hint
 from mgpu_gui.core.errors import UserError
-from mgpu_gui.core.lr_schedule import LinearScaling
+from mgpu_gui.core.lr_schedule import LinearScaling, format_lr
+from mgpu_gui.core.modelfiles.compile_facts import CompileFacts
 from mgpu_gui.core.modelfiles.info import ModelFileInfo
 from mgpu_gui.gui.jobs.build_check import BuildCheck
 from mgpu_gui.gui.jobs.setup_check import SetupChecker
@@ -66,12 +67,11 @@ class RunSetupPanel(RunSetupForm):
         self._check_timer.setInterval(CHECK_DELAY_MS)
         self._check_timer.timeout.connect(self.check_now)
         self._build = BuildCheck(self)
-        self._build.status.connect(self._set_model_status)
+        self._build.status.connect(self.model_status.setText)
         self._build.summary_ready.connect(self.summary_ready)
         self._build.finished.connect(self.check_now)
         self._recent = RecentFiles(self.model_combo, f"{SETTINGS_GROUP}/recent_models", DEMO)
         self._connect_panel()
-        self._set_model_status("")
         self._load_recent()
         self.check_now()
 
@@ -131,7 +131,7 @@ class RunSetupPanel(RunSetupForm):
         # What the file is does not depend on the data: shown even when they do not fit.
         file_info = None if config.model == DEMO else self.model_info
         self.wrapper_notice.show_for(file_info)
-        self.compile_source.show_for(file_info.compile if file_info is not None else None)
+        self._show_compile_facts(file_info.compile if file_info is not None else None)
         self._update_batch_text()
         self._update_speed_hints()
         self.config_changed.emit()
@@ -189,6 +189,7 @@ class RunSetupPanel(RunSetupForm):
         self.data_browse.clicked.connect(self._browse_data)
         self.output_browse.clicked.connect(self._browse_output)
         self.summary_button.clicked.connect(self.show_summary)
+        self.compile_source.override.toggled.connect(self._update_compile_note)
 
     def _drop_stale_facts(self) -> None:
         """The model or data path changed: withdraw what was read or built from the old ones.
@@ -206,21 +207,38 @@ class RunSetupPanel(RunSetupForm):
         self._build.drop_stale(config)
         self._data_info = self.model_info = None
         self.wrapper_notice.show_for(None)
-        self.compile_source.show_for(None)
+        self._show_compile_facts(None)
         self._problems = self.input_problems(config)
         self.show_problems(self._problems, None)
         if not self._problems:
             self.summary_label.setText("Checking the files…")
         self._update_batch_text()
 
+    def _show_compile_facts(self, facts: CompileFacts | None) -> None:
+        """The file's own optimizer, in its row and in the Optimization header: the section
+        may be closed, and the form's optimizer is not what trains unless overridden."""
+        self.compile_source.show_for(facts)
+        self._update_compile_note()
+
+    def _update_compile_note(self) -> None:
+        facts = self.compile_source.facts
+        note = "" if facts is None else (
+            f"overriding the file's {facts.optimizer}" if self.compile_source.override.isChecked()
+            else f"{facts.optimizer} from the model file")
+        self.sections["optimization"].set_note(note)
+
     def _update_speed_hints(self) -> None:
         """The scaled learning rate and what the devices support for the chosen precision."""
         lr = self._learning_rate()
         scaling = self.scale_lr.isChecked() and math.isfinite(lr) and lr > 0
         self.warmup_spin.setEnabled(self.scale_lr.isChecked())
-        self.lr_hint.setText(LinearScaling(lr, self._replicas, self.warmup_spin.value()
-                                           ).describe() if scaling else "")
-        self.lr_hint.setVisible(scaling)
+        if scaling:
+            text = LinearScaling(lr, self._replicas, self.warmup_spin.value()).describe()
+        elif math.isfinite(lr) and lr > 0:
+            text = f"not scaled: trains at {format_lr(lr)} on any number of replicas"
+        else:
+            text = ""
+        self.lr_hint.setText(text)
         hint = precision_hint(self.precision_combo.currentData(), self._gpus)
         self.precision_hint.setText(hint.text)
         self.precision_hint.setStyleSheet(f"color: {WARNING_COLOR};" if hint.warning else "")
@@ -232,9 +250,8 @@ class RunSetupPanel(RunSetupForm):
         self.batch_text.setText(f"× {replicas} replica{'s' if replicas != 1 else ''} = "
                                 f"{global_batch:,} global")
         info = self._data_info
-        self.batch_hint.setVisible(info is not None)
         if info is None:
-            self.batch_hint.setText("")
+            self.batch_hint.setText("Steps per epoch: shown once the data can be read.")
             return
         train, _, _ = info.split_counts(self.split_spin.value() / 100.0)
         steps = data_mod.steps(train, global_batch)
@@ -243,10 +260,6 @@ class RunSetupPanel(RunSetupForm):
             f"{train:,} training samples: {steps:,} step{'s' if steps != 1 else ''} per epoch"
             + (f", {dropped:,} sample{'s' if dropped != 1 else ''} dropped per epoch"
                if dropped else ", none dropped"))
-
-    def _set_model_status(self, text: str) -> None:
-        self.model_status.setText(text)
-        self.model_status.setVisible(bool(text))
 
     def _load_recent(self, settings: QSettings | None = None) -> None:
         with self._quiet():

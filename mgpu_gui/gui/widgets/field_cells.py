@@ -1,8 +1,12 @@
-"""Form cells that show a problem where it is: an outline, the message below, the tooltip.
+"""Form cells that show a problem on the field itself: an outline and the tooltip.
 
-A cell holds a field's widgets in a row, optional lines below them, and an
-error label; `FieldCell.show` outlines the widgets (the `invalid` property,
-styled by `STYLE`), shows the message and puts it first in their tooltips.
+A cell holds a field's widgets in a row and optional lines below them;
+`FieldCell.show` outlines the widgets (the `invalid` property, styled by
+`STYLE`) and puts the message first in their tooltips and accessible
+descriptions. The message text itself is shown in one place the form keeps
+for all messages (see `RunSetupForm`), not under the field: a line that comes
+and goes under a field moves every row below it, under the user's cursor.
+For the same reason `hint_label` reserves the lines a changing hint needs.
 """
 
 from __future__ import annotations
@@ -10,7 +14,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QComboBox, QHBoxLayout, QLabel, QLineEdit, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QVBoxLayout,
+    QWidget,
+)
 
 ERROR_COLOR = "#d93025"
 STYLE = f"""
@@ -24,16 +36,13 @@ QLabel[role="hint"] {{ color: palette(placeholder-text); }}
 
 @dataclass
 class FieldCell:
-    """The widgets outlined when a field is wrong, and the label for its message."""
+    """The widgets outlined when a field is wrong, and their own tooltips."""
 
     widgets: tuple[QWidget, ...]
-    error: QLabel
     tooltips: tuple[str, ...]
 
     def show(self, message: str | None) -> None:
-        """Show `message` (None or "": the field is fine)."""
-        self.error.setText(message or "")
-        self.error.setVisible(bool(message))
+        """Outline the field and explain it in the tooltip (None or "": the field is fine)."""
         for widget, tooltip in zip(self.widgets, self.tooltips, strict=True):
             widget.setProperty("invalid", bool(message))
             widget.setToolTip(f"{message}\n\n{tooltip}" if message else tooltip)
@@ -42,37 +51,54 @@ class FieldCell:
             widget.style().polish(widget)
 
 
-def field_cell(label: str, widgets: list[QWidget], *, outline: list[QWidget] | None = None,
-               extra: list[QWidget] | None = None, below: list[QWidget] | None = None
-               ) -> tuple[QWidget, FieldCell]:
-    """A form cell: the widgets in a row, an extra row, lines below, the error message.
+def field_cell(widgets: list[QWidget], *, outline: list[QWidget] | None = None,
+               below: list[QWidget] | None = None) -> tuple[QWidget, FieldCell]:
+    """A form cell: the widgets in a row, then the widgets `below` (one per line).
 
-    `outline`: the widgets a problem outlines (default: the first); `label`
-    names the error label for screen readers.
+    `outline`: the widgets a problem outlines (default: the first).
     """
     cell = QWidget()
     column = QVBoxLayout(cell)
     column.setContentsMargins(0, 0, 0, 0)
     column.setSpacing(2)
     column.addLayout(row(widgets))
-    if extra:
-        column.addLayout(row(extra))
     for widget in below or []:
         column.addWidget(widget)
-    error = QLabel()
-    error.setProperty("role", "error")
-    error.setWordWrap(True)
-    error.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-    error.setAccessibleName(f"{label} problem")
-    error.hide()
-    column.addWidget(error)
     targets = tuple(outline if outline is not None else widgets[:1])
-    return cell, FieldCell(targets, error, tuple(w.toolTip() for w in targets))
+    return cell, FieldCell(targets, tuple(w.toolTip() for w in targets))
+
+
+def hint_label(name: str, lines: int = 1, role: str | None = "hint") -> QLabel:
+    """A word-wrapped label (grey: a hint) that always takes at least `lines` lines.
+
+    Hints change with every edit (steps per epoch, the scaled learning rate) or
+    appear later (a model's parameter count); the reserved lines keep the rows
+    below in place when they do.
+    """
+    label = QLabel()
+    if role is not None:
+        label.setProperty("role", role)
+    label.setWordWrap(True)
+    label.setAccessibleName(name)
+    label.setMinimumHeight(label.fontMetrics().lineSpacing() * lines)
+    label.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
+    return label
+
+
+def align_labels(forms: list[QFormLayout]) -> None:
+    """One label column for several forms (the run setup's sections), so fields line up."""
+    labels = [form.itemAt(i, QFormLayout.ItemRole.LabelRole) for form in forms
+              for i in range(form.rowCount())]
+    widgets = [item.widget() for item in labels if item is not None and item.widget()]
+    width = max((w.sizeHint().width() for w in widgets), default=0)
+    for widget in widgets:
+        widget.setMinimumWidth(width)
 
 
 def row(widgets: list[QWidget]) -> QHBoxLayout:
     """Widgets side by side; text fields and labels take the spare width."""
     layout = QHBoxLayout()
+    layout.setContentsMargins(0, 0, 0, 0)
     grows = [w for w in widgets if isinstance(w, (QLineEdit, QComboBox, QLabel))
              and w.maximumWidth() > 10_000]
     for widget in widgets:

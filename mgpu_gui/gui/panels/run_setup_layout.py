@@ -1,0 +1,326 @@
+"""The run setup's widgets and where they sit: the simple path first, the rest in sections.
+
+The model, data, batch and epochs come first, then Train with the settings
+check beside it, both in view without scrolling at 1280x720; optimization,
+speed, schedule and output sit in collapsible sections that remember whether
+they were open. Nothing here widens the form: hints and messages wrap, paths
+scroll in their line edits. Nothing comes and goes above a field either:
+changing hints keep their lines, and the problems are spelled out below the
+whole form (see `RunSetupForm.show_problems`), so no row moves under the cursor.
+`RunSetupForm` (run_setup_form.py) maps these widgets to a RunConfig.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSpinBox,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from mgpu_gui.core.config import OPTIMIZERS, PRECISIONS
+from mgpu_gui.core.devices.precision_hint import LABELS as PRECISION_LABELS
+from mgpu_gui.gui.widgets.compile_source import CompileSourceRow
+from mgpu_gui.gui.widgets.field_cells import (
+    STYLE,
+    FieldCell,
+    align_labels,
+    field_cell,
+    hint_label,
+    row,
+)
+from mgpu_gui.gui.widgets.section import CollapsibleSection
+from mgpu_gui.gui.widgets.wrapper_notice import WrapperNotice
+
+DATA_KINDS = (("demo", "Digits (demo)"), ("npz", ".npz file"), ("images", "Image folder"))
+SECTIONS = (("optimization", "Optimization"), ("speed", "Speed"),
+            ("schedule", "Schedule and stopping"), ("output", "Output"))
+
+
+class RunSetupLayout(QWidget):
+    """The run setup's widgets, each named for screen readers and explained in its tooltip."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setStyleSheet(STYLE)
+        self._fields: dict[str, FieldCell] = {}  # config field -> its cell
+        self._section_of: dict[str, CollapsibleSection] = {}  # config field -> its section
+        self._build_ui()
+
+    def _build_ui(self) -> None:
+        """The simple path (model, data, batch, epochs, Train) on top, the rest in sections.
+
+        Nothing in the form widens it: hints and messages wrap, paths scroll in
+        their line edits. Nothing comes and goes above a field either (see
+        `show_problems`), so a row never moves under the cursor.
+        """
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(6, 6, 6, 6)
+        self._form = QWidget(self)
+        essentials = QFormLayout(self._form)
+        essentials.setContentsMargins(0, 0, 0, 0)
+        essentials.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.AllNonFixedFieldsGrow)
+        outer.addWidget(self._form)
+        self._build_model(essentials)
+        self._build_data(essentials)
+        self._build_batch(essentials)
+        outer.addLayout(self._build_train_row())
+        self.sections = {key: CollapsibleSection(title, key) for key, title in SECTIONS}
+        for section in self.sections.values():
+            outer.addWidget(section)
+        self._build_optimization(self.sections["optimization"])
+        self._build_speed(self.sections["speed"])
+        self._build_schedule(self.sections["schedule"])
+        self._build_output(self.sections["output"])
+        # Below everything: a message appearing or going here pushes no field.
+        self.problems_label = QLabel()
+        self.problems_label.setProperty("role", "error")
+        self.problems_label.setWordWrap(True)
+        self.problems_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.problems_label.setAccessibleName("Problems to fix")
+        self.problems_label.hide()
+        outer.addWidget(self.problems_label)
+        outer.addStretch()
+        align_labels([essentials, *(s.form for s in self.sections.values())])
+
+    def _build_model(self, form: QFormLayout) -> None:
+        self.model_combo = QComboBox()
+        self.model_combo.setEditable(True)
+        self.model_combo.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
+        # Long paths scroll in the line edit; the form keeps its width.
+        self.model_combo.setMinimumContentsLength(8)
+        self.model_combo.setSizeAdjustPolicy(
+            QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.model_edit = self.model_combo.lineEdit()
+        self.model_edit.setAcceptDrops(False)  # a dropped file goes to the panel's handler
+        self.model_edit.setPlaceholderText("demo, or a .keras / .h5 / .py file")
+        self.model_edit.setAccessibleName("Model file path")
+        self.model_browse = QPushButton("Browse…")
+        self.summary_button = QPushButton("Show summary")
+        self._name(self.model_combo, "Model file",
+                   "The model to train: 'demo' (a small convnet), a .keras or .h5 file saved "
+                   "by Keras, or a .py file with build_model(input_shape, num_classes). "
+                   "Recent files are in the list; you can also drop a file on this panel.")
+        self._name(self.model_browse, "Browse for a model file", "Choose a model file.")
+        self._name(self.summary_button, "Show model summary",
+                   "Build the model in the background (TensorFlow, CPU only) and show its "
+                   "layers and parameter count.")
+        # Beside the button, two lines kept: "Building model…" and the parameter count
+        # that replaces it move nothing.
+        self.model_status = hint_label("Model build status", lines=2)
+        self.model_status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.wrapper_notice = WrapperNotice()
+        status_row = QWidget()
+        status_row.setLayout(row([self.summary_button, self.model_status]))
+        self._add(form, "Model", "model", [self.model_combo, self.model_browse],
+                  below=[status_row, self.wrapper_notice])
+
+        self.allow_code = QCheckBox("Allow code from the model file")
+        self._name(self.allow_code, "Allow code from the model file",
+                   "Models with Lambda layers store Python code that runs when the model is "
+                   "loaded. Such code can do anything your user account can (delete files, "
+                   "send data). Tick this only for files you made or trust.")
+        self._add(form, "", "allow_unsafe_code", [self.allow_code])
+
+    def _build_data(self, form: QFormLayout) -> None:
+        self.data_kind = QComboBox()
+        for key, label in DATA_KINDS:
+            self.data_kind.addItem(label, key)
+        self.data_edit = QLineEdit()
+        self.data_edit.setAcceptDrops(False)
+        self.data_browse = QPushButton("Browse…")
+        self._name(self.data_kind, "Data source",
+                   "Digits (demo): the bundled 8x8 digits. .npz file: arrays x_train, y_train "
+                   "(optional x_val/y_val, x_test/y_test). Image folder: one subfolder per class.")
+        self._name(self.data_edit, "Data path", "The .npz file or the image folder.")
+        self._name(self.data_browse, "Browse for data", "Choose the .npz file or image folder.")
+        self.data_path_row = QWidget()
+        self.data_path_row.setLayout(row([self.data_edit, self.data_browse]))
+        self._add(form, "Data", "data", [self.data_kind], below=[self.data_path_row],
+                  outline=[self.data_edit])
+
+        self.width_spin, self.height_spin = QSpinBox(), QSpinBox()
+        for spin, what in ((self.width_spin, "width"), (self.height_spin, "height")):
+            spin.setRange(1, 4096)
+            spin.setSuffix(" px")
+            self._name(spin, f"Image {what}", f"Images are resized to this {what} on loading; "
+                       "the model's input shape must match (height, width, 3).")
+        self.size_row = QWidget()
+        self.size_row.setLayout(row([QLabel("Image size"), self.width_spin, QLabel("×"),
+                                     self.height_spin]))
+        self._add(form, "", "image_size", [self.size_row],
+                  outline=[self.width_spin, self.height_spin])
+
+        self.split_spin = QSpinBox()
+        self.split_spin.setRange(0, 90)
+        self.split_spin.setSuffix(" %")
+        self._name(self.split_spin, "Validation split",
+                   "Share of the training data held out for validation, when the data has no "
+                   "validation set of its own (x_val/y_val).")
+        self._add(form, "Validation", "validation_split", [self.split_spin])
+
+    def _build_batch(self, form: QFormLayout) -> None:
+        self.batch_spin = QSpinBox()
+        self.batch_spin.setRange(1, 1 << 16)
+        self.batch_text = QLabel()
+        self.batch_text.setWordWrap(True)
+        self.batch_text.setAccessibleName("Global batch")
+        # Steps and dropped samples change with every batch size: two lines kept for them.
+        self.batch_hint = hint_label("Steps and dropped samples per epoch", lines=2)
+        self._name(self.batch_spin, "Batch per GPU (per replica)",
+                   "Per-replica batch: the samples each GPU (replica) processes per step.\n"
+                   "The global batch, the samples in one optimizer step, is this times the "
+                   "number of replicas; the learning rate you set applies to the global batch.")
+        self.batch_text.setToolTip(
+            "Global batch = per-replica batch × replicas: the samples in one optimizer step, "
+            "split evenly over the replicas. More GPUs with the same per-replica batch means "
+            "a bigger global batch (and often a larger learning rate to match).")
+        self.batch_hint.setToolTip(
+            "Samples dropped per epoch: the training samples left over after the last full "
+            "global batch. They are skipped (drop_remainder) because a partial batch can "
+            "leave a replica with no samples at all, which breaks Conv2D and BatchNorm. The "
+            "data are reshuffled every epoch, so different samples are left out each time.")
+        self._add(form, "Batch/GPU", "batch_per_replica", [self.batch_spin, self.batch_text],
+                  below=[self.batch_hint])
+
+        self.epochs_spin = QSpinBox()
+        self.epochs_spin.setRange(1, 100_000)
+        self._name(self.epochs_spin, "Epochs", "Passes over the training data.")
+        self._add(form, "Epochs", "epochs", [self.epochs_spin])
+
+    def _build_train_row(self) -> QHBoxLayout:
+        """Train, and beside it whether the settings are ready: both seen without scrolling."""
+        self.train_button = QToolButton()  # the main window gives it its Train action
+        self.train_button.setText("Train")
+        self._name(self.train_button, "Train", "Start training with these settings")
+        self.train_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
+        self.train_button.setMinimumWidth(self.train_button.fontMetrics().horizontalAdvance(
+            "Preparing…") + 24)
+        # Two lines kept: "Ready" and "2 problems: …" take the same room.
+        self.summary_label = hint_label("Settings check", lines=2, role=None)
+        self.summary_label.setAlignment(Qt.AlignmentFlag.AlignLeft
+                                        | Qt.AlignmentFlag.AlignVCenter)
+        layout = row([self.train_button, self.summary_label])
+        layout.setContentsMargins(0, 6, 0, 6)
+        return layout
+
+    def _build_optimization(self, section: CollapsibleSection) -> None:
+        self.lr_edit = QLineEdit()
+        self.lr_edit.setMaximumWidth(self.lr_edit.fontMetrics().horizontalAdvance("0") * 12)
+        self.optimizer_combo = QComboBox()
+        self.optimizer_combo.addItems(OPTIMIZERS)
+        self._name(self.optimizer_combo, "Optimizer",
+                   "Used unless the model file comes compiled with its own optimizer.")
+        self._add(section, "Optimizer", "optimizer", [self.optimizer_combo])
+        self.compile_source = CompileSourceRow([self.optimizer_combo, self.lr_edit])
+        section.form.addRow("", self.compile_source)
+        self._name(self.lr_edit, "Learning rate",
+                   "Learning rate, e.g. 0.001 or 1e-3. With more replicas the global batch "
+                   "grows; a larger learning rate is often needed to match.")
+        self._add(section, "Learning rate", "learning_rate", [self.lr_edit])
+        self.scale_lr = QCheckBox("Scale with the replicas")
+        self._name(self.scale_lr, "Scale the learning rate with the replicas",
+                   "Linear scaling rule (Goyal et al. 2017): the learning rate above is the "
+                   "base, right for one replica's batch; the run trains at base × replicas, "
+                   "because the global batch is that many times larger. The LR rises "
+                   "linearly per step from the base to the scaled LR over the warm-up "
+                   "epochs, so the first steps do not diverge. ReduceLROnPlateau, when on, "
+                   "starts after the warm-up.")
+        section.form.addRow("LR scaling", self.scale_lr)
+        self.warmup_spin = QSpinBox()
+        self.warmup_spin.setRange(0, 10_000)
+        self.warmup_spin.setSuffix(" epochs")
+        self._name(self.warmup_spin, "Learning-rate warm-up",
+                   "Epochs over which the LR rises from the base to the scaled LR "
+                   "(5 in Goyal et al.). It must end before the last epoch.")
+        # Below the rows that change it, with its lines kept: ticking the box moves nothing.
+        self.lr_hint = hint_label("Scaled learning rate", lines=2)
+        self.lr_hint.setToolTip(
+            "The learning rate the run trains at: the base LR you typed times the replicas "
+            "(the global batch is that many times the per-replica batch), reached by a "
+            "linear warm-up. The curves' learning-rate plot shows it step by step.")
+        self._add(section, "Warm-up", "lr_scaling.warmup_epochs", [self.warmup_spin],
+                  below=[self.lr_hint])
+
+    def _build_speed(self, section: CollapsibleSection) -> None:
+        self.precision_combo = QComboBox()
+        for name in PRECISIONS:
+            self.precision_combo.addItem(PRECISION_LABELS[name], name)
+        self.precision_combo.setSizeAdjustPolicy(
+            QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.precision_combo.setMinimumContentsLength(12)
+        self._name(self.precision_combo, "Precision",
+                   "Mixed precision: layers compute in bfloat16 or float16 and keep float32 "
+                   "weights, which is faster and takes less memory on GPUs with tensor cores "
+                   "(bfloat16: compute capability 8.0 or newer, e.g. A100, RTX 30xx; "
+                   "float16: 7.0 or newer, e.g. V100, T4, with loss scaling). The output "
+                   "layer computes in float32, and the exported model is float32, so it "
+                   "loads and predicts anywhere, also without a GPU.")
+        self.precision_hint = hint_label("Precision support", lines=2)
+        self.precision_hint.setToolTip("What the chosen GPUs (or this CPU) support, "
+                                       "from their compute capability as NVML reports it.")
+        self._add(section, "Precision", "precision", [self.precision_combo],
+                  below=[self.precision_hint])
+
+        self.xla_check = QCheckBox("XLA (jit_compile)")
+        self._name(self.xla_check, "XLA",
+                   "Compile the model's forward and backward pass with XLA, per replica: "
+                   "fused operations, often faster on GPUs; the first step takes longer. "
+                   "On CPU replicas it is usually slower (the demo model: a quarter of the "
+                   "samples/s; tests/benchmarks/precision.py). "
+                   "A model XLA cannot compile (an operation without an XLA kernel) trains "
+                   "without it, with a warning in the log.")
+        self._add(section, "", "jit_compile", [self.xla_check])
+
+        self.sync_bn = QCheckBox("Synchronized BatchNorm")
+        self._name(self.sync_bn, "Synchronized BatchNorm",
+                   "Synchronized BatchNorm: BatchNormalization layers compute their mean and "
+                   "variance over the global batch (all replicas, one all-reduce per layer "
+                   "and step) instead of over each replica's per-replica batch alone.\n"
+                   "Better with small per-replica batches (under ~32), a bit slower; it "
+                   "changes nothing in a model without BatchNormalization layers.")
+        self._add(section, "", "sync_batchnorm", [self.sync_bn])
+
+    def _build_schedule(self, section: CollapsibleSection) -> None:
+        self.early_stop = QCheckBox("Early stopping")
+        self._name(self.early_stop, "Early stopping",
+                   "Stop when the validation loss has not improved for 'patience' epochs, "
+                   "and keep the best weights.")
+        section.form.addRow("", self.early_stop)
+        self.patience_spin = QSpinBox()
+        self.patience_spin.setRange(0, 10_000)
+        self.patience_spin.setSuffix(" epochs")
+        self._name(self.patience_spin, "Early stopping patience",
+                   "Epochs without improvement before training stops.")
+        self._add(section, "Patience", "early_stopping.patience", [self.patience_spin])
+
+    def _build_output(self, section: CollapsibleSection) -> None:
+        self.output_edit = QLineEdit()
+        self.output_edit.setAcceptDrops(False)
+        self.output_browse = QPushButton("Browse…")
+        self._name(self.output_edit, "Output folder",
+                   "Each run gets a subfolder here: checkpoints, logs, the exported model.")
+        self._name(self.output_browse, "Browse for the output folder", "Choose the folder.")
+        self._add(section, "Folder", "output_dir", [self.output_edit, self.output_browse])
+    def _name(self, widget: QWidget, name: str, tooltip: str) -> None:
+        widget.setAccessibleName(name)
+        widget.setToolTip(tooltip)
+
+    def _add(self, where: QFormLayout | CollapsibleSection, label: str, name: str,
+             widgets: list[QWidget], *, outline: list[QWidget] | None = None,
+             below: list[QWidget] | None = None) -> None:
+        """A row for config field `name` in a form or a section (see `field_cell`)."""
+        cell, self._fields[name] = field_cell(widgets, outline=outline, below=below)
+        if isinstance(where, CollapsibleSection):
+            self._section_of[name] = where
+            where = where.form
+        where.addRow(label, cell)
