@@ -194,6 +194,7 @@ class CurvesPanel(QWidget):
 
     def _build_controls(self) -> None:
         self._controls = row = QHBoxLayout()
+        row.setContentsMargins(0, 0, 6, 0)  # the right-aligned key keeps off the window's edge
         row.addWidget(QLabel("Smoothing"))
         self._smoothing_slider = slider = QSlider(Qt.Orientation.Horizontal)
         slider.setRange(0, 99)
