@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import time
 
+from PySide6.QtCore import QTimer
 from PySide6.QtGui import QFontDatabase
-from PySide6.QtWidgets import QPlainTextEdit, QTabWidget, QWidget
+from PySide6.QtWidgets import QAbstractSlider, QPlainTextEdit, QTabWidget, QWidget
 
 from mgpu_gui.core.events import Event, RunStarted
 from mgpu_gui.core.eventtext import event_lines, is_startup_noise
@@ -13,11 +14,39 @@ from mgpu_gui.core.eventtext import event_lines, is_startup_noise
 MAX_LINES = 20_000  # older lines scroll away; worker.log in the run folder keeps all
 
 
+class FollowingLog(QPlainTextEdit):
+    """A read-only log that shows its newest line until the user scrolls away from it.
+
+    QPlainTextEdit follows appended lines only while its scroll bar sits at the bottom.
+    A relayout (the pane resized, long lines wrapped anew) left the bar off the bottom,
+    and the log then showed a run's first lines for the rest of the run.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(readOnly=True)
+        self.following = True
+        bar = self.verticalScrollBar()
+        bar.actionTriggered.connect(self._scrolled_by_user)  # drag, wheel, arrows
+        bar.rangeChanged.connect(self._keep_following)
+
+    def _scrolled_by_user(self, action: int) -> None:
+        if action != QAbstractSlider.SliderAction.SliderNoAction.value:
+            QTimer.singleShot(0, self._note_position)  # the bar moves after this signal
+
+    def _note_position(self) -> None:
+        bar = self.verticalScrollBar()
+        self.following = bar.value() >= bar.maximum()
+
+    def _keep_following(self, _minimum: int, maximum: int) -> None:
+        if self.following:
+            self.verticalScrollBar().setValue(maximum)
+
+
 class LogPanel(QTabWidget):
     def __init__(self, parent: QWidget | None = None):
         super().__init__(parent)
         fixed = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
-        self.log = QPlainTextEdit(readOnly=True)
+        self.log = FollowingLog()
         self.log.setMaximumBlockCount(MAX_LINES)
         self.log.setFont(fixed)
         self.log.setAccessibleName("Training log")
