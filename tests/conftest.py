@@ -91,3 +91,30 @@ def _alive(check) -> bool:
         return bool(check())
     except RuntimeError:  # the C++ object was deleted with its owner: stopped
         return False
+
+
+@pytest.fixture
+def panel(qtbot):
+    """A run setup panel of its own, shut down after the test (its checks and probe)."""
+    from mgpu_gui.gui.panels.run_setup import RunSetupPanel
+
+    widget = RunSetupPanel()
+    qtbot.addWidget(widget)
+    yield widget
+    widget.shutdown()
+
+
+@pytest.fixture
+def window(qtbot):
+    """The main window on a machine without a driver, shown and ready to train."""
+    from mgpu_gui.core.devices.nvml import GpuInventory, NvmlState
+    from mgpu_gui.gui.jobs.telemetry_source import TelemetrySource
+    from mgpu_gui.gui.main_window import MainWindow
+
+    no_gpu = GpuInventory(state=NvmlState.NO_DRIVER, message="No NVIDIA driver found (test).")
+    win = MainWindow(telemetry=TelemetrySource(inventory=no_gpu))
+    qtbot.addWidget(win)
+    win.show()
+    qtbot.waitUntil(win.train_action.isEnabled, timeout=10_000)
+    yield win
+    win.close()

@@ -29,7 +29,6 @@ from mgpu_gui.core.eventtext import started_lines
 from mgpu_gui.core.modelfiles.compile_facts import CompileFacts, CompileSource, compile_facts
 from mgpu_gui.gui.jobs import build_check
 from mgpu_gui.gui.panels.log import LogPanel
-from mgpu_gui.gui.panels.run_setup import RunSetupPanel
 from tests.test_store import started
 
 LAYERS = [
@@ -100,14 +99,6 @@ class CannedProbe:
 def probe(monkeypatch):
     monkeypatch.setattr(build_check, "ModelProbeJob", CannedProbe)
     return CannedProbe
-
-
-@pytest.fixture
-def panel(qtbot):
-    widget = RunSetupPanel()
-    qtbot.addWidget(widget)
-    yield widget
-    widget.shutdown()
 
 
 @pytest.fixture

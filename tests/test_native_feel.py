@@ -87,16 +87,6 @@ def run_events(epochs: int = 3, steps: int = 5) -> list:
 
 
 @pytest.fixture
-def window(qtbot):
-    win = MainWindow(telemetry=TelemetrySource(inventory=NO_GPU))
-    qtbot.addWidget(win)
-    win.show()
-    qtbot.waitUntil(win.train_action.isEnabled, timeout=10_000)
-    yield win
-    win.close()
-
-
-@pytest.fixture
 def restore_scheme(qapp):
     """Whatever a test does to the scheme, the next test starts light."""
     yield

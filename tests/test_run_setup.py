@@ -37,14 +37,6 @@ from mgpu_gui.gui.panels.run_setup import RunSetupPanel
 from tests.helpers.file_reads import count_reads
 
 
-@pytest.fixture
-def panel(qtbot):
-    widget = RunSetupPanel()
-    qtbot.addWidget(widget)
-    yield widget
-    widget.shutdown()
-
-
 def keras_file(path: Path, units: int, input_shape=(8, 8, 1)) -> Path:
     """A .keras archive holding only the architecture: all the instant checks read."""
     config = {"class_name": "Sequential", "config": {"name": "tiny", "layers": [

@@ -18,8 +18,7 @@ from PySide6.QtWidgets import (
 )
 
 from mgpu_gui.core.devices.nvml import GpuInventory, NvmlState
-from mgpu_gui.gui.jobs.telemetry_source import TelemetrySource
-from mgpu_gui.gui.main_window import DEFAULT_SIZE, MIN_SIZE, MainWindow
+from mgpu_gui.gui.main_window import DEFAULT_SIZE, MIN_SIZE
 from mgpu_gui.gui.panels.run_setup import RunSetupPanel
 from mgpu_gui.gui.widgets.form_scroll import FormScrollArea
 
@@ -126,16 +125,6 @@ def test_sections_start_closed_and_remember_being_opened(qtbot):
     assert second.precision_combo.isVisibleTo(second)
     assert not second.lr_edit.isVisibleTo(second)
     second.shutdown()
-
-
-@pytest.fixture
-def window(qtbot):
-    win = MainWindow(telemetry=TelemetrySource(inventory=NO_GPU))
-    qtbot.addWidget(win)
-    win.show()
-    qtbot.waitUntil(win.train_action.isEnabled, timeout=10_000)
-    yield win
-    win.close()
 
 
 def test_the_window_fits_its_screen_and_the_splitter_widens_the_run_setup(window):
