@@ -9,7 +9,10 @@ template applied to each slice (one nested model shared by the towers), and a
 
 `as_keras22` edits a copy to look like a Keras 2.2 file (class "Model" for
 Functional, `batch_input_shape`, keras_version "2.2.4"); `to_multi_gpu_keras3`
-is the well-known Keras 3 recipe with the same towers.
+is the well-known Keras 3 recipe with the same towers, and `to_multi_gpu_recipe`
+uses it as the posts did: the model compiled and trained on one device first,
+then wrapped, compiled and trained again. `make_parallel` is the other classic
+recipe (kuza55's 2016 post), as ported to Keras 2.
 
 Only tests import this module; it imports tf_keras and keras inside functions.
 """
@@ -85,6 +88,35 @@ def multi_gpu_model(template: Any, gpus: int, after: list[Any] | None = None) ->
     return k2.Model(x, merged)
 
 
+def make_parallel(model: Any, gpu_count: int) -> Any:
+    """kuza55's make_parallel in its Keras 2 form (without the device scopes): the wrapper
+    takes the model's own inputs, slices them evenly (`idx`, `parts`), merges each output
+    with an unnamed `concatenate(axis=0)`."""
+    import tf_keras as k2
+
+    outputs_all: list[list[Any]] = [[] for _ in model.outputs]
+    for i in range(gpu_count):
+        inputs = [k2.layers.Lambda(_parallel_slice, output_shape=tuple(x.shape[1:]),
+                                   arguments={"idx": i, "parts": gpu_count})(x)
+                  for x in model.inputs]
+        outputs = model(inputs[0] if len(inputs) == 1 else inputs)
+        for merged, output in zip(outputs_all, outputs if isinstance(outputs, list)
+                                  else [outputs], strict=True):
+            merged.append(output)
+    merged = [k2.layers.concatenate(outputs, axis=0) for outputs in outputs_all]
+    return k2.Model(inputs=model.inputs, outputs=merged)
+
+
+def _parallel_slice(data: Any, idx: int, parts: int) -> Any:
+    """make_parallel's get_slice: `parts` equal slices (the remainder is dropped)."""
+    import tensorflow as tf
+
+    shape = tf.shape(data)
+    size = tf.concat([shape[:1] // parts, shape[1:]], axis=0)
+    stride = tf.concat([shape[:1] // parts, shape[1:] * 0], axis=0)
+    return tf.slice(data, stride * idx, size)
+
+
 def train_and_save(model: Any, path: Path, epochs: int = 2) -> Path:
     import tf_keras as k2
 
@@ -153,6 +185,19 @@ def to_multi_gpu_keras3(template: Any, n_gpus: int, after: list[Any] | None = No
     for layer in after or []:
         merged = layer(merged)
     return keras.Model(x, merged, name="multi_gpu")
+
+
+def to_multi_gpu_recipe(n_gpus: int, train_first: bool) -> tuple[Any, Any]:
+    """(wrapper, template) as the posts made them: the template compiled and trained on one
+    device first (`train_first`), then wrapped, compiled and trained; unsaved."""
+    template = keras3_template()
+    if train_first:
+        template.compile("adam", "sparse_categorical_crossentropy")
+        template.fit(X, Y, batch_size=12, epochs=1, verbose=0)
+    wrapper = to_multi_gpu_keras3(template, n_gpus)
+    wrapper.compile("adam", "sparse_categorical_crossentropy")
+    wrapper.fit(X, Y, batch_size=12, epochs=2, verbose=0)
+    return wrapper, template
 
 
 def _slice_batch3(x: Any, n_gpus: int, part: int) -> Any:

@@ -8,11 +8,14 @@ template as trained inside its wrapper.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
 import warnings
+import zipfile
 from pathlib import Path
+from typing import NamedTuple
 
 import h5py
 import numpy as np
@@ -26,62 +29,68 @@ tf_keras = pytest.importorskip("tf_keras")
 from mgpu_gui.cli import main as cli  # noqa: E402
 from mgpu_gui.core.config import RunConfig  # noqa: E402
 from mgpu_gui.core.errors import ModelError  # noqa: E402
-from mgpu_gui.core.events import RunStarted  # noqa: E402
+from mgpu_gui.core.events import LogMessage, RunStarted  # noqa: E402
 from mgpu_gui.core.modelfiles.inspection import inspect_model_file  # noqa: E402
 from mgpu_gui.core.runs.folder import RunDir  # noqa: E402
 from mgpu_gui.engine import models  # noqa: E402
 from mgpu_gui.engine.unwrap import recover_model  # noqa: E402
+from mgpu_gui.engine.unwrap_weights import SkippedState  # noqa: E402
 from tests import legacy_models as lm  # noqa: E402
 
 TOL = 1e-5
 
 
+class Built(NamedTuple):
+    path: Path
+    reference: np.ndarray  # the template's predictions on lm.X when the file was saved
+    weights: list[np.ndarray] | None = None  # the template's own weights then
+
+
 @pytest.fixture(scope="module")
-def files(tmp_path_factory) -> dict[str, tuple[Path, np.ndarray]]:
-    """name -> (file, the template's predictions on lm.X when the file was saved)."""
+def files(tmp_path_factory) -> dict[str, Built]:
     folder = tmp_path_factory.mktemp("legacy")
-    out: dict[str, tuple[Path, np.ndarray]] = {}
+    out: dict[str, Built] = {}
 
     def keep(name: str, wrapper, template, epochs: int = 2) -> None:
         path = lm.train_and_save(wrapper, folder / f"{name}.h5", epochs)
-        out[name] = (path, wrapper.predict(lm.X, verbose=0) if template is None
-                     else template.predict(lm.X, verbose=0))
+        out[name] = (Built(path, wrapper.predict(lm.X, verbose=0)) if template is None
+                     else Built(path, template.predict(lm.X, verbose=0), template.get_weights()))
 
     f2 = lm.functional_template("template")
     keep("functional2", lm.multi_gpu_model(f2, 2), f2)
-    out["keras22"] = (lm.as_keras22(out["functional2"][0], folder / "keras22.h5"),
-                      out["functional2"][1])
+    out["keras22"] = out["functional2"]._replace(
+        path=lm.as_keras22(out["functional2"].path, folder / "keras22.h5"))
     s3 = lm.sequential_template("seq_template", softmax=False)
     # Standard layers after the Concatenate: the wrapper's output is the reference.
     keep("sequential3", lm.multi_gpu_model(
         s3, 3, after=[tf_keras.layers.Dense(3, name="extra"),
                       tf_keras.layers.Softmax(name="soft")]), None)
-    out["keras21"] = (lm.as_keras21_sequential(out["sequential3"][0], folder / "keras21.h5"),
-                      out["sequential3"][1])
+    out["keras21"] = out["sequential3"]._replace(
+        path=lm.as_keras21_sequential(out["sequential3"].path, folder / "keras21.h5"))
     inner = lm.functional_template("inner_template")
     keep("double", lm.multi_gpu_model(lm.multi_gpu_model(inner, 2), 3), inner)
     f3 = lm.functional_template("lambda_after")
     keep("lambda_after", lm.multi_gpu_model(
         f3, 3, after=[tf_keras.layers.Lambda(lambda t: t * 2.0, name="double_it")]), f3)
+    p2 = lm.sequential_template("par_template")
+    keep("make_parallel", lm.make_parallel(p2, 2), p2)
 
-    t3 = lm.keras3_template()
-    w3 = lm.to_multi_gpu_keras3(t3, 2)
-    w3.compile("adam", "sparse_categorical_crossentropy")
-    w3.fit(lm.X, lm.Y, batch_size=12, epochs=2, verbose=0)
-    reference = t3.predict(lm.X, verbose=0)
-    w3.save(folder / "keras3.keras")
-    with warnings.catch_warnings():  # Keras 3 warns that .h5 is legacy: that is the point
-        warnings.filterwarnings("ignore", message=".*HDF5 file.*legacy", category=UserWarning)
-        w3.save(folder / "keras3.h5")
-    out["keras3"] = (folder / "keras3.keras", reference)
-    out["keras3_h5"] = (folder / "keras3.h5", reference)
+    for name, train_first in (("keras3", False), ("keras3_trained", True)):
+        w3, t3 = lm.to_multi_gpu_recipe(2, train_first=train_first)
+        built = Built(folder / f"{name}.keras", t3.predict(lm.X, verbose=0), t3.get_weights())
+        w3.save(built.path)
+        out[name] = built
+        out[f"{name}_h5"] = built._replace(path=folder / f"{name}.h5")
+        with warnings.catch_warnings():  # Keras 3 warns that .h5 is legacy: that is the point
+            warnings.filterwarnings("ignore", message=".*HDF5 file.*legacy", category=UserWarning)
+            w3.save(out[f"{name}_h5"].path)
     t3b = lm.keras3_template()
     w3b = lm.to_multi_gpu_keras3(t3b, 3, after=[keras.layers.Dense(4, name="extra"),
                                                 keras.layers.Activation("softmax", name="act")])
     w3b.compile("adam", "sparse_categorical_crossentropy")
     w3b.fit(lm.X, lm.Y, batch_size=12, epochs=2, verbose=0)
     w3b.save(folder / "keras3_after.keras")
-    out["keras3_after"] = (folder / "keras3_after.keras", w3b.predict(lm.X, verbose=0))
+    out["keras3_after"] = Built(folder / "keras3_after.keras", w3b.predict(lm.X, verbose=0))
     return out
 
 
@@ -93,8 +102,11 @@ EXPECTED = {  # towers, template, class, layers, depth, after
     "keras21": ((3,), "seq_template", "Sequential", 4, 1,
                 (("extra", "Dense"), ("soft", "Softmax"))),
     "double": ((3, 2), "inner_template", "Functional", 4, 2, ()),
+    "make_parallel": ((2,), "par_template", "Sequential", 4, 1, ()),
     "keras3": ((2,), "template3", "Functional", 4, 1, ()),
     "keras3_h5": ((2,), "template3", "Functional", 4, 1, ()),
+    "keras3_trained": ((2,), "template3", "Functional", 4, 1, ()),
+    "keras3_trained_h5": ((2,), "template3", "Functional", 4, 1, ()),
     "keras3_after": ((3,), "template3", "Functional", 4, 1,
                      (("extra", "Dense"), ("act", "Activation"))),
 }
@@ -102,7 +114,7 @@ EXPECTED = {  # towers, template, class, layers, depth, after
 
 @pytest.mark.parametrize("name", list(EXPECTED))
 def test_inspection_reports_the_wrapper(files, name):
-    info = inspect_model_file(files[name][0])
+    info = inspect_model_file(files[name].path)
     wrapper = info.wrapper
     assert wrapper is not None
     found = (wrapper.towers, wrapper.template_name, wrapper.template_class,
@@ -115,12 +127,16 @@ def test_inspection_reports_the_wrapper(files, name):
 
 @pytest.mark.parametrize("name", list(EXPECTED))
 def test_unwrapped_model_predicts_like_the_template_and_reloads(files, name, tmp_path):
-    path, reference = files[name]
+    path, reference, weights = files[name]
     lines: list[str] = []
     recovered = recover_model(path, log=lines.append)
     model = recovered.model
     assert not any(isinstance(layer, keras.layers.Lambda) for layer in model.layers)
     assert model.name == EXPECTED[name][1]
+    if weights is not None:  # the template's own arrays, bit for bit
+        got_weights = model.get_weights()
+        assert len(got_weights) == len(weights)
+        assert all(np.array_equal(a, b) for a, b in zip(got_weights, weights, strict=True))
     got = model.predict(lm.X, verbose=0)
     assert np.max(np.abs(got - reference)) <= TOL
     assert model.compiled and "optimizer state" in "\n".join(lines)
@@ -131,7 +147,7 @@ def test_unwrapped_model_predicts_like_the_template_and_reloads(files, name, tmp
 
 
 def test_doubly_wrapped_gives_the_same_template_as_once_wrapped(files, tmp_path):
-    path, _ = files["double"]
+    path = files["double"].path
     double = recover_model(path).model
     with h5py.File(path) as h5:
         template = json.loads(h5.attrs["model_config"])["config"]["layers"][4]
@@ -142,7 +158,7 @@ def test_doubly_wrapped_gives_the_same_template_as_once_wrapped(files, tmp_path)
 
 def test_keras3_wrapper_loaded_unsafely_agrees(files):
     # Tests only: the wrapper itself, evaluated with safe_mode off, as a second reference.
-    path, _ = files["keras3"]
+    path = files["keras3"].path
     wrapper = keras.saving.load_model(path, safe_mode=False, compile=False,
                                       custom_objects={"_slice_batch3": lm._slice_batch3})
     recovered = recover_model(path).model
@@ -151,7 +167,7 @@ def test_keras3_wrapper_loaded_unsafely_agrees(files):
 
 
 def test_lambda_after_the_concatenate_is_reported_by_name(files):
-    path, reference = files["lambda_after"]
+    path, reference, _ = files["lambda_after"]
     info = inspect_model_file(path)
     assert info.wrapper.code_layers == ("double_it",)
     recovered = recover_model(path)
@@ -159,6 +175,20 @@ def test_lambda_after_the_concatenate_is_reported_by_name(files):
     assert "double_it" in recovered.summary()
     got = recovered.model.predict(lm.X, verbose=0)
     assert np.max(np.abs(got - reference)) <= TOL  # the template, without the Lambda
+
+
+def test_optimizer_state_of_a_template_trained_before_wrapping_is_skipped_and_said(files):
+    # Adam's step count and learning rate, and two slots per trainable weight (6).
+    lines: list[str] = []
+    recovered = recover_model(files["keras3_trained"].path, log=lines.append)
+    assert recovered.skipped_state == (
+        SkippedState("layers/functional/optimizer", "'template3'", 14),)
+    assert recovered.weights_set == 8
+    assert any(line.startswith("skipped (stored in the file, but no layer's weights): "
+                               "optimizer variables of 'template3', 14 arrays") for line in lines)
+    # Untrained before wrapping, or as .h5 (whose template group holds weights only): nothing.
+    for name in ("keras3", "keras3_trained_h5"):
+        assert recover_model(files[name].path).skipped_state == ()
 
 
 def test_plain_files_have_no_wrapper(files, tmp_path):
@@ -170,11 +200,11 @@ def test_plain_files_have_no_wrapper(files, tmp_path):
         recover_model(path)
 
 
-@pytest.mark.parametrize("name", ["sequential3", "keras3"])
+@pytest.mark.parametrize("name", ["sequential3", "keras3_trained", "make_parallel"])
 def test_training_uses_the_recovered_template(files, name):
     lines: list[str] = []
     strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
-    model = models.load_model(RunConfig(model=str(files[name][0])), strategy,
+    model = models.load_model(RunConfig(model=str(files[name].path)), strategy,
                               input_shape=(6,), num_classes=3, log=lines.append)
     assert model.name == EXPECTED[name][1]
     assert not any("lambda" in layer.name for layer in model.layers)
@@ -182,13 +212,14 @@ def test_training_uses_the_recovered_template(files, name):
     towers = EXPECTED[name][0][0]
     assert f"multi-GPU wrapper ({towers} towers)" in text
     assert f"recovered '{EXPECTED[name][1]}'" in text and "compiled" in text
+    assert ("optimizer variables of 'template3'" in text) == (name == "keras3_trained")
     model.fit(lm.X, lm.Y, batch_size=12, epochs=1, verbose=0)
 
 
 # -- bad input ------------------------------------------------------------------
 def _copy(files, name: str, tmp_path: Path) -> Path:
     dst = tmp_path / f"{name}.h5"
-    shutil.copyfile(files[name][0], dst)
+    shutil.copyfile(files[name].path, dst)
     return dst
 
 
@@ -201,6 +232,44 @@ def test_missing_weights_are_named(files, tmp_path):
     with h5py.File(path, "r+") as h5:
         del h5["model_weights/template"]
     with pytest.raises(ModelError, match=r"weight group 'model_weights/template' is missing"):
+        recover_model(path)
+
+
+def _edited_keras(files, tmp_path: Path, edit) -> Path:
+    """A copy of the trained-before-wrapping .keras whose weights file `edit(h5)` changed."""
+    src = files["keras3_trained"].path
+    with zipfile.ZipFile(src) as archive:
+        entries = {name: archive.read(name) for name in archive.namelist()}
+    weights = io.BytesIO(entries["model.weights.h5"])
+    with h5py.File(weights, "r+") as h5:
+        edit(h5)
+    entries["model.weights.h5"] = weights.getvalue()
+    dst = tmp_path / "edited.keras"
+    with zipfile.ZipFile(dst, "w") as archive:
+        for name, data in entries.items():
+            archive.writestr(name, data)
+    return dst
+
+
+def test_keras_arrays_of_no_layer_are_refused_not_skipped(files, tmp_path):
+    # An array under a layer the config does not have is not state to skip: the file is wrong.
+    def add_layer(h5):
+        h5["layers/functional/layers/dense_9/vars/0"] = np.zeros(3, "float32")
+
+    path = _edited_keras(files, tmp_path, add_layer)
+    with pytest.raises(ModelError, match=r"edited\.keras: arrays stored under "
+                       r"'layers/functional' belong to no layer .*\(1, first "
+                       r"'layers/functional/layers/dense_9/vars/0'\).*save the model again"):
+        recover_model(path)
+
+
+def test_keras_missing_layer_weights_are_named(files, tmp_path):
+    def drop_bias(h5):
+        del h5["layers/functional/layers/dense/vars/1"]
+
+    path = _edited_keras(files, tmp_path, drop_bias)
+    with pytest.raises(ModelError, match=r"edited\.keras: the weights under 'layers/functional' "
+                       r"do not fit 'template3' \(.*'hidden'.*save the model again"):
         recover_model(path)
 
 
@@ -231,20 +300,29 @@ def test_unavailable_custom_layer_is_named(files, tmp_path):
     # Provided through custom_objects, the class is used (here the standard one).
     recovered = recover_model(path, custom_objects={"MyNorm": keras.layers.BatchNormalization})
     assert np.max(np.abs(recovered.model.predict(lm.X, verbose=0)
-                         - files["functional2"][1])) <= TOL
+                         - files["functional2"].reference)) <= TOL
 
 
 # -- CLI ------------------------------------------------------------------------
 def test_cli_inspect_and_unwrap(files, tmp_path, capsys):
-    assert cli.main(["inspect", str(files["double"][0])]) == 0
+    assert cli.main(["inspect", str(files["double"].path)]) == 0
     out = capsys.readouterr().out
     assert "3 x 2 towers" in out and "inner_template" in out
+    # The user's file: to_multi_gpu around a model trained first, saved as .keras.
+    source = files["keras3_trained"].path
+    assert cli.main(["inspect", str(source)]) == 0
+    assert f"mgpu-train unwrap {source}" in capsys.readouterr().out
     target = tmp_path / "plain.keras"
-    assert cli.main(["unwrap", str(files["double"][0]), "-o", str(target)]) == 0
+    assert cli.main(["unwrap", str(source), "-o", str(target)]) == 0
     out = capsys.readouterr().out
     assert "reloaded in a fresh process" in out and "optimizer state" in out
+    assert ("skipped (stored in the file, but no layer's weights): optimizer variables of "
+            "'template3', 14 arrays at 'layers/functional/optimizer'") in out
     model = keras.saving.load_model(target)
-    assert np.max(np.abs(model.predict(lm.X, verbose=0) - files["double"][1])) <= TOL
+    assert all(np.array_equal(a, b) for a, b in zip(
+        model.get_weights(), files["keras3_trained"].weights, strict=True))
+    assert np.max(np.abs(model.predict(lm.X, verbose=0)
+                         - files["keras3_trained"].reference)) <= TOL
 
 
 def test_cli_unwrap_of_a_plain_file_converts_it(files, tmp_path, capsys):
@@ -252,7 +330,7 @@ def test_cli_unwrap_of_a_plain_file_converts_it(files, tmp_path, capsys):
                      str(tmp_path / "x.h5")]) == cli.EXIT_USAGE  # no such file
     capsys.readouterr()
     plain = tmp_path / "plain.keras"
-    keras.saving.save_model(recover_model(files["functional2"][0]).model, plain)
+    keras.saving.save_model(recover_model(files["functional2"].path).model, plain)
     assert cli.main(["unwrap", str(plain), "-o", str(tmp_path / "x.h5")]) == 0
     out = capsys.readouterr().out
     assert "already a plain model" in out and (tmp_path / "x.h5").is_file()
@@ -263,7 +341,7 @@ def test_inspection_runs_without_tensorflow(files):
     import sys
 
     code = ("import sys; from mgpu_gui.core.modelfiles.inspection import inspect_model_file; "
-            f"info = inspect_model_file({str(files['double'][0])!r}); "
+            f"info = inspect_model_file({str(files['double'].path)!r}); "
             "assert info.wrapper.depth == 2; "
             "assert not {'tensorflow', 'keras', 'tf_keras'} & set(sys.modules), 'TF imported'")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
@@ -271,16 +349,19 @@ def test_inspection_runs_without_tensorflow(files):
 
 @pytest.mark.slow
 def test_mgpu_train_trains_a_wrapped_file_on_two_replicas(files, tmp_path):
-    """The wrapper's slicing Lambdas are no reason to ask for consent: they never run."""
+    """The wrapper's slicing Lambdas are no reason to ask for consent: they never run; the
+    optimizer state of the model trained before wrapping is skipped, and the run says so."""
     data = tmp_path / "six.npz"
     rng = np.random.default_rng(0)
     np.savez(data, x_train=rng.normal(size=(96, 6)).astype("float32"),
              y_train=rng.integers(0, 3, size=96))
-    code = cli.main(["train", "--model", str(files["functional2"][0]), "--data", str(data),
-                     "--cpu", "--replicas", "2", "--batch-per-replica", "8", "--epochs", "2",
-                     "-o", str(tmp_path / "runs"), "--quiet"])
+    code = cli.main(["train", "--model", str(files["keras3_trained"].path), "--data",
+                     str(data), "--cpu", "--replicas", "2", "--batch-per-replica", "8",
+                     "--epochs", "1", "-o", str(tmp_path / "runs"), "--quiet"])
     assert code == 0
     (run,) = (tmp_path / "runs").iterdir()
     events = RunDir(run).events()
     started = next(e for e in events if isinstance(e, RunStarted))
-    assert started.model_name == "template" and started.num_replicas == 2
+    assert started.model_name == "template3" and started.num_replicas == 2
+    assert any(isinstance(e, LogMessage) and "optimizer variables of 'template3', 14 arrays"
+               in e.message for e in events)

@@ -3,18 +3,15 @@
 The wrapper itself is found without Keras (`mgpu_gui.core.modelfiles.wrapper`).
 `recover_model(path)` rebuilds the innermost template from its own config
 (`keras.Model.from_config` / `keras.Sequential.from_config`), appends the
-standard layers that followed the Concatenate, and sets the weights read with
-h5py: by layer name for `.h5` files (`model_weights/<group>` with
-`weight_names`), by the saved object path for `.keras` files. Every weight of
-the recovered model must be found, or a ModelError names what is missing.
+standard layers that followed the Concatenate, and sets the weights, read by
+structure (`unwrap_weights`): every weight of the recovered model must be
+found, and stored arrays that are no layer's (a nested model's optimizer
+state) are skipped and reported, or a ModelError names what is wrong.
 The Lambda layers are never deserialized: no code from the file runs.
-
-Keras is imported inside functions only.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import zipfile
 from collections.abc import Callable, Iterator
@@ -24,9 +21,6 @@ from typing import Any
 
 import h5py
 import keras
-import numpy as np
-from keras.src.saving import saving_lib
-from keras.src.utils.naming import to_snake_case
 
 from mgpu_gui.core.errors import ModelError
 from mgpu_gui.core.modelfiles.inspection import inspect_model_file
@@ -40,6 +34,12 @@ from mgpu_gui.core.modelfiles.wrapper import (
     wrapper_levels,
 )
 from mgpu_gui.engine.legacy_compile import compile_from_training_config
+from mgpu_gui.engine.unwrap_weights import (
+    SkippedState,
+    attr_text,
+    set_h5_weights,
+    set_keras_weights,
+)
 
 Log = Callable[[str], None]
 
@@ -50,9 +50,10 @@ class Recovered:
 
     model: Any
     wrapper: WrapperInfo
-    skipped: tuple[str, ...]
+    skipped: tuple[str, ...]  # layers after the Concatenate left out (they would run code)
     weights_set: int
     compile_note: str
+    skipped_state: tuple[SkippedState, ...] = ()  # stored arrays that are no layer's weights
 
     def summary(self) -> str:
         lines = [f"found: {self.wrapper.describe()}",
@@ -62,6 +63,10 @@ class Recovered:
         appended = [n for n, _ in self.wrapper.after_layers if n not in self.skipped]
         if appended:
             lines.append("appended after the template: " + ", ".join(appended))
+        if self.skipped_state:
+            lines.append("skipped (stored in the file, but no layer's weights): " + "; ".join(
+                state.describe() for state in self.skipped_state)
+                + "; a model trained before it was wrapped keeps them")
         if self.skipped:
             lines.append("NOT recovered (they would run code from the file): "
                          + ", ".join(self.skipped) + "; the model ends before them")
@@ -100,13 +105,13 @@ def recover_model(path: str | Path, *, custom_objects: dict[str, Any] | None = N
     appended, skipped = _after_layers(info.path.name, levels, custom_objects)
     model = _append(template, [layer for _, layer in appended]) if appended else template
     if info.format == "h5":
-        count = _set_h5_weights(info.path, model, skip=set(skipped))
+        weights = set_h5_weights(info.path, model, skip=set(skipped))
     else:
-        count = _set_keras_weights(info.path, levels, template, appended)
+        weights = set_keras_weights(info.path, levels, template, appended)
     note = "not compiled (the file has no training settings)"
     if compile and (training or compile_config):
         note = _compile(model, training, compile_config, info.path.name)
-    recovered = Recovered(model, wrapper, tuple(skipped), count, note)
+    recovered = Recovered(model, wrapper, tuple(skipped), weights.arrays, note, weights.skipped)
     for line in recovered.summary().splitlines():
         log(line)
     return recovered
@@ -115,19 +120,15 @@ def recover_model(path: str | Path, *, custom_objects: dict[str, Any] | None = N
 def _h5_configs(path: Path) -> tuple[dict[str, Any], dict | None, dict | None]:
 
     with h5py.File(path, "r") as h5:
-        config = json.loads(_text(h5.attrs["model_config"]))
+        config = json.loads(attr_text(h5.attrs["model_config"]))
         raw = h5.attrs.get("training_config")
-    return config, (json.loads(_text(raw)) if raw is not None else None), None
+    return config, (json.loads(attr_text(raw)) if raw is not None else None), None
 
 
 def _keras_configs(path: Path) -> tuple[dict[str, Any], dict | None]:
     with zipfile.ZipFile(path) as archive:
         config = json.loads(archive.read("config.json"))
     return config, config.get("compile_config") or None
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
 def _normalized(node: Any) -> Any:
@@ -247,153 +248,6 @@ def _append(model: Any, layers: list[Any]) -> Any:
     return keras.Model(model.inputs, out, name=model.name)
 
 
-def _leaf_layers(model: Any) -> list[Any]:
-
-    leaves: list[Any] = []
-    for layer in model.layers:
-        if isinstance(layer, keras.Model):
-            leaves.extend(_leaf_layers(layer))
-        else:
-            leaves.append(layer)
-    return leaves
-
-
-# .h5: weights by layer name
-def _set_h5_weights(path: Path, model: Any, skip: set[str]) -> int:
-
-    stored: dict[str, list[tuple[str, np.ndarray]]] = {}
-    with h5py.File(path, "r") as h5:
-        if "model_weights" not in h5:
-            raise ModelError(f"{path.name} has no model_weights group: the weights are missing; "
-                             "save the model again with model.save().")
-        root = h5["model_weights"]
-        layer_names = [_text(n) for n in root.attrs.get("layer_names", [])]
-        for group_name in layer_names:
-            if group_name not in root:
-                raise ModelError(f"{path.name}: weight group 'model_weights/{group_name}' is "
-                                 "missing; the file is incomplete, save it again.")
-            group = root[group_name]
-            for full in (_text(n) for n in group.attrs.get("weight_names", [])):
-                if full not in group:
-                    raise ModelError(f"{path.name}: weight 'model_weights/{group_name}/{full}' "
-                                     "is listed but missing; the file is incomplete.")
-                stored.setdefault(group_name, []).append((full, np.asarray(group[full])))
-    leaves = {layer.name: layer for layer in _leaf_layers(model)}
-    by_layer: dict[str, list[tuple[str, np.ndarray]]] = {}
-    for group_name, entries in stored.items():
-        for full, value in entries:
-            parts = full.split("/")
-            owner = next((p for p in parts[:-1] if p in leaves), None)
-            if owner is None and group_name in leaves:
-                owner = group_name
-            if owner is None:
-                if group_name in skip or any(p in skip for p in parts):
-                    continue
-                raise ModelError(f"{path.name}: stored weight 'model_weights/{group_name}/"
-                                 f"{full}' belongs to no layer of the recovered model.")
-            by_layer.setdefault(owner, []).append((parts[-1].split(":")[0], value))
-    count = 0
-    for name, layer in leaves.items():
-        if not layer.weights:
-            continue
-        entries = by_layer.get(name)
-        if not entries:
-            raise ModelError(
-                f"{path.name}: no weights stored for layer '{name}' (expected "
-                f"{', '.join(v.name for v in layer.weights)}); the weight group is missing, "
-                "so the model cannot be recovered. Use a complete copy of the file.")
-        layer.set_weights(_match(path.name, layer, entries))
-        count += len(entries)
-    return count
-
-
-def _match(file: str, layer: Any, entries: list[tuple[str, np.ndarray]]) -> list[np.ndarray]:
-    """Stored arrays in the order of `layer.weights`: by variable name, else in stored order."""
-    names = [v.name.split("/")[-1].split(":")[0] for v in layer.weights]
-    stored = dict(entries)
-    if len(stored) == len(entries) and sorted(stored) == sorted(names):
-        values = [stored[n] for n in names]
-    elif len(entries) == len(names):
-        values = [value for _, value in entries]
-    else:
-        raise ModelError(f"{file}: layer '{layer.name}' has {len(names)} weights "
-                         f"({', '.join(names)}) but the file stores {len(entries)} "
-                         f"({', '.join(n for n, _ in entries)}).")
-    for variable, value in zip(layer.weights, values, strict=True):
-        if tuple(variable.shape) != value.shape:
-            raise ModelError(f"{file}: weight '{variable.name}' of layer '{layer.name}' has "
-                             f"shape {tuple(variable.shape)} but the file stores {value.shape}.")
-    return values
-
-
-# .keras: weights by saved object path
-def _set_keras_weights(path: Path, levels: list[Level], template: Any,
-                       appended: list[tuple[str, Any]]) -> int:
-
-    with zipfile.ZipFile(path) as archive:
-        data = io.BytesIO(archive.read("model.weights.h5"))
-    placed = {name: layer for name, layer in appended}
-    targets: list[tuple[str, Any]] = []
-    prefix = ""
-    for level in levels:
-        used: dict[str, int] = {}
-        paths = {}
-        for entry in config_layers(level.config):
-            snake = _unique(to_snake_case(_normalized(entry)["class_name"]), used)
-            paths[layer_name(entry)] = f"{prefix}layers/{snake}"
-        for entry in level.after:
-            if layer_name(entry) in placed:
-                targets.append((paths[layer_name(entry)], placed[layer_name(entry)]))
-        prefix = paths[layer_name(level.template)] + "/"
-    targets.append((prefix.rstrip("/"), template))
-    store = saving_lib.H5IOStore(data, mode="r")
-    count = 0
-    try:
-        with h5py.File(io.BytesIO(data.getvalue()), "r") as h5:
-            for where, obj in targets:
-                stored = _count_datasets(h5, where)
-                if where not in h5 and obj.weights:
-                    raise ModelError(f"{path.name}: weight group '{where}' is missing; "
-                                     "the file is incomplete.")
-                errors: dict[int, Any] = {}
-                saving_lib._load_state(obj, store, None, inner_path=where,
-                                       visited_saveables=set(), failed_saveables=set(),
-                                       error_msgs=errors)
-                if errors:
-                    _, exc = next(iter(errors.values()))
-                    raise ModelError(f"{path.name}: the weights under '{where}' do not fit "
-                                     f"'{obj.name}': {exc}")
-                if stored != len(obj.weights):
-                    raise ModelError(f"{path.name}: '{where}' stores {stored} weight arrays but "
-                                     f"'{obj.name}' has {len(obj.weights)}.")
-                count += stored
-    finally:
-        store.close()
-    return count
-
-
-def _unique(name: str, used: dict[str, int]) -> str:
-    if name in used:
-        used[name] += 1
-        return f"{name}_{used[name]}"
-    used[name] = 0
-    return name
-
-
-def _count_datasets(h5: Any, where: str) -> int:
-
-    if where not in h5:
-        return 0
-    found = [0]
-
-    def visit(_name: str, obj: Any) -> None:
-        if isinstance(obj, h5py.Dataset):
-            found[0] += 1
-
-    h5[where].visititems(visit)
-    return found[0]
-
-
 def _compile(model: Any, training: dict | None, compile_config: dict | None, file: str) -> str:
     if training:
         done = compile_from_training_config(model, training, lambda _: None)
@@ -407,10 +261,10 @@ def _compile(model: Any, training: dict | None, compile_config: dict | None, fil
     # A fresh, built optimizer: the saved model then reloads without a variable mismatch.
     model.optimizer.build(model.trainable_variables)
     return (f"compiled with the settings saved in {file} "
-            f"({type(model.optimizer).__name__}, loss {_loss_text(model.loss)}); "
+            f"({type(model.optimizer).__name__}, loss {_lossattr_text(model.loss)}); "
             "the optimizer state (moments, step count) is not carried over")
 
 
-def _loss_text(loss: Any) -> str:
+def _lossattr_text(loss: Any) -> str:
     return loss if isinstance(loss, str) else getattr(loss, "name", type(loss).__name__)
 
