@@ -19,12 +19,13 @@ from PIL import Image
 
 from mgpu_gui.cli import main as cli
 from mgpu_gui.core.children.data_check import DataCheckJob, check_data_content
-from mgpu_gui.core.config import RunConfig
+from mgpu_gui.core.children.supervisor import WorkerProcess, prepare_run
+from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig
 from mgpu_gui.core.datasets import content
 from mgpu_gui.core.datasets.content import ContentRequest, check_content
 from mgpu_gui.core.datasets.images import CorruptImageError, check_header, decode_image
 from mgpu_gui.core.errors import DataError
-from mgpu_gui.core.events import DataCheckFailed
+from mgpu_gui.core.events import DataCheckFailed, EpochEnd, Phase, RunFailed, RunStatus
 from mgpu_gui.core.modelfiles.info import ModelFileInfo
 from mgpu_gui.core.runs import preflight
 from mgpu_gui.core.runs.store import RunStore
@@ -186,3 +187,27 @@ def test_classifier_is_known_from_the_loss_or_the_file(tmp_path):
     assert preflight.classifier_of(config, info())[0] is True  # a chosen loss classifies
     py = ModelFileInfo(path=tmp_path / "b.py", format="py")
     assert preflight.classifier_of(config.replace(model=str(py.path)), py)[0] is None
+
+
+# -- mid-run: the one training run ----------------------------------------------
+@pytest.mark.slow
+def test_an_image_damaged_after_the_check_stops_the_run_naming_it(tmp_path):
+    folder = images(tmp_path / "imgs", {"a": 20, "b": 20}, size=(8, 8))
+    config = RunConfig(data=str(folder), image_size=(8, 8), validation_split=0.0, epochs=2,
+                       batch_per_replica=4, output_dir=str(tmp_path / "runs"),
+                       devices=DeviceSelection(kind=DeviceKind.CPU, replicas=1))
+    run = prepare_run(config)  # the check passed: every image decoded
+    late = folder / "b" / "19.png"  # past the setup's sample batch (the first 32 files)
+    truncate(late)
+    worker = WorkerProcess(run)
+    worker.start()
+    events = list(worker.events())
+    outcome = worker.outcome()
+    failed = [e for e in events if isinstance(e, RunFailed)]
+    assert outcome.status is RunStatus.FAILED and len(failed) == 1, outcome.message
+    event = failed[0]
+    assert event.phase is Phase.TRAINING and event.error_type == "DataError", event.message
+    assert event.message.startswith("Training stopped in epoch 1"), event.message
+    assert f"the image {late} cannot be decoded" in event.message
+    assert "Then start a new run." in event.message and "resume" not in event.message
+    assert not any(isinstance(e, EpochEnd) for e in events)  # no sample was skipped

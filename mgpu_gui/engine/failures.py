@@ -228,22 +228,26 @@ def _non_finite(where: Where) -> NonFiniteLossError:
 
 
 def _py_function_error(error: BaseException, kind: type[Exception]) -> str | None:
-    """The message of a `kind` raised inside a tf.numpy_function, from TensorFlow's error."""
+    """The message of a `kind` raised inside a tf.numpy_function, from TensorFlow's error.
+
+    tf.data puts its iterator's path before it ("iterator: Iterator::Root::...::
+    ParallelMapV2: CorruptImageError: ..."), so the class is looked for by name.
+    """
     if not isinstance(error, tf.errors.OpError):
         return None
-    found = _PY_FUNC.search(getattr(error, "message", None) or str(error))
-    named = found is not None and found.group("type").rsplit(".", 1)[-1] == kind.__name__
-    return found.group("text") if named else None
+    text = getattr(error, "message", None) or str(error)
+    found = re.search(rf"(?<![\w.])(?:\w+\.)*{kind.__name__}: ([^\n]*)", text)
+    return found.group(1) if found else None
 
 
 def _image_failed(message: str, where: Where) -> DataError:
-    when = {Stage.SETUP: "while loading the data", Stage.TRAINING: where.at(),
+    training = where.at() if where.position() else "in epoch 1, before its first step ended"
+    when = {Stage.SETUP: "while loading the data", Stage.TRAINING: training,
             Stage.EVALUATION: "while evaluating the test set",
             Stage.EXPORT: "while exporting the model"}[where.stage]
     return DataError(
         f"Training stopped {when}: {message} It could be read when the run started, so it "
-        f"changed since (or its drive fails). {where.kept(False)} Then start a new run: a "
-        f"resume would continue on data that changed under the run.")
+        f"changed since (or its drive fails). {where.kept(False)} Then start a new run.")
 
 
 def _code_failed(error: BaseException, where: Where) -> ModelCodeError:
