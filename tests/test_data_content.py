@@ -29,6 +29,7 @@ from mgpu_gui.core.events import DataCheckFailed, EpochEnd, Phase, RunFailed, Ru
 from mgpu_gui.core.modelfiles.info import ModelFileInfo
 from mgpu_gui.core.runs import preflight
 from mgpu_gui.core.runs.store import RunStore
+from mgpu_gui.gui.panels.run_setup import RunSetupPanel
 
 SAMPLES = 40
 
@@ -211,3 +212,26 @@ def test_an_image_damaged_after_the_check_stops_the_run_naming_it(tmp_path):
     assert f"the image {late} cannot be decoded" in event.message
     assert "Then start a new run." in event.message and "resume" not in event.message
     assert not any(isinstance(e, EpochEnd) for e in events)  # no sample was skipped
+
+
+# -- the app: the same message on the Data field, before Train --------------------
+def test_run_setup_shows_the_damage_on_the_data_field(qtbot, bad):
+    panel = RunSetupPanel()
+    qtbot.addWidget(panel)
+    try:
+        panel.set_data_path(bad["truncated"])
+        panel.check_now()  # instant checks pass; the batch (64) is larger than 12 images
+        with qtbot.waitSignal(panel._content.finished, timeout=30_000):
+            pass
+        message = panel.problems()["data"]
+        assert "dog/03.png cannot be decoded" in message and "truncated" in message
+        assert list(panel.problems()) == ["data"]  # the damage, not the batch
+        assert panel.data_edit.property("invalid") is True and not panel.is_valid()
+        panel.set_data_path(bad["half"])  # another file: the old answer goes at once
+        assert "data" not in panel.problems()
+        panel.check_now()
+        with qtbot.waitSignal(panel._content.finished, timeout=30_000):
+            pass
+        assert "not whole numbers" in panel.problems()["data"]
+    finally:
+        panel.shutdown()

@@ -116,6 +116,8 @@ _cache_lock = threading.Lock()
 
 def check_data_content(request: ContentRequest) -> DataChecked:
     """Check in a child (or answer from the cache); raise DataError for a problem."""
+    if not request.reads_files:
+        return DataChecked(values=0, images_decoded=0, images_header_only=0, seconds=0.0)
     key = (request, tuple(_identity(source) for source in request.sources))
     with _cache_lock:
         if key in _cache:

@@ -51,6 +51,11 @@ class ContentRequest:
     classifier: bool | None = True
     why: str = ""
 
+    @property
+    def reads_files(self) -> bool:
+        """False for the demo alone: the app's own data needs no check."""
+        return any(source != DEMO for source in self.sources)
+
 
 def check_content(request: ContentRequest, progress: Progress | None = None) -> DataChecked:
     """Read every source in full; raise DataError for the first problem."""
