@@ -203,7 +203,7 @@ def _refuse_non_finite(name: str, key: str, nans: int, infs: int, rows: np.ndarr
     what = " and ".join(part for part in (f"{nans} NaN" if nans else "",
                                            f"{infs} infinite" if infs else "") if part)
     raise DataError(
-        f"{name}: {key} holds {what} value(s) in {len(rows)} of its {samples} samples "
+        f"{name}: {key} holds {what} value(s) in {len(rows):,} of its {samples:,} samples "
         f"(first {_indices(rows)}); training on them makes the loss NaN. Replace those "
         f"values, or drop those samples from both the inputs and the labels, then save the "
         f"file again.")
