@@ -102,6 +102,15 @@ def test_train_refuses_bad_data_before_the_run(capsys, bad, tmp_path, name, word
     store.close()
 
 
+def test_train_help_says_how_bad_data_is_handled(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "the data's content first (every value for NaN/Inf" in text
+    assert "headers only beyond 5,000 files), then the batch arithmetic" in text
+    assert "An image damaged later stops the run naming the file." in text
+
+
 # -- the check itself ----------------------------------------------------------
 def test_regression_labels_and_integer_inputs_pass(tmp_path, bad):
     request = ContentRequest((str(bad["half"]),), classifier=False)
