@@ -8,9 +8,15 @@ from __future__ import annotations
 
 
 class UserError(Exception):
-    """A problem with the user's input or machine, explained in plain words."""
+    """A problem with the user's input or machine, explained in plain words.
+
+    `resumable`: whether a run that failed with it can get past it by being resumed
+    (same settings, same files) once the user did what the message says. When not,
+    nothing may suggest a resume: it would fail the same way.
+    """
 
     exit_code = 2
+    resumable: bool = True
 
 
 class ConfigError(UserError):
@@ -31,7 +37,13 @@ class ModelError(UserError):
 
 
 class DataError(UserError):
-    """The dataset cannot be read or does not fit the model."""
+    """The dataset cannot be read or does not fit the model.
+
+    Not resumable: the data must change, and a resumed run on other data would
+    continue epochs (and a validation split) drawn from the old.
+    """
+
+    resumable = False
 
 
 class ExportError(UserError):

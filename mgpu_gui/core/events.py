@@ -156,6 +156,7 @@ class RunFailed(Event):
     phase: Phase
     error_type: str
     traceback: str = ""  # for a bug report, shown one click away
+    resumable: bool = True  # the failing UserError's `resumable`: may a resume be suggested?
 
 
 @dataclass(frozen=True)
@@ -313,3 +314,39 @@ class TfFactsGathered(Event):
 
 
 EVENT_TYPES.update({cls.type: cls for cls in (ModelProbed, ModelProbeFailed, TfFactsGathered)})
+
+
+# -- the data content check (processes/data_check.py, core/children/data_check.py) ----------
+@dataclass(frozen=True)
+class DataCheckProgress(Event):
+    """How far the data check got; also its heartbeat (the parent's stall watchdog)."""
+
+    type: ClassVar[str] = "data_check_progress"
+    what: str  # "x_train of data.npz", "images in flowers/"
+    done: int
+    total: int
+
+
+@dataclass(frozen=True)
+class DataChecked(Event):
+    """Every value (or image) of the data was read and found usable."""
+
+    type: ClassVar[str] = "data_checked"
+    values: int  # numbers checked for NaN/Inf
+    images_decoded: int
+    images_header_only: int  # beyond the decode limit only headers are read
+    seconds: float
+
+
+@dataclass(frozen=True)
+class DataCheckFailed(Event):
+    """The data is unusable (`user_error`) or the check itself failed; `message` is for
+    the user."""
+
+    type: ClassVar[str] = "data_check_failed"
+    message: str
+    error_type: str
+    user_error: bool
+
+
+EVENT_TYPES.update({cls.type: cls for cls in (DataCheckProgress, DataChecked, DataCheckFailed)})

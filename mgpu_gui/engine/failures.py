@@ -12,6 +12,12 @@ Measured with TensorFlow 2.21 / Keras 3.15:
 - A full disk: `model.save` raises OSError(ENOSPC); h5py raises OSError with
   "errno = 28" in its text; TensorFlow's own file writes say RESOURCE_EXHAUSTED,
   so disk space is checked before memory.
+- An image that no longer decodes: the pipeline's decoder (`core.datasets.images`,
+  in a `tf.numpy_function`) raises CorruptImageError, which reaches `fit` (or the
+  setup's sample batch) as `tf.errors.UnknownError` with the same Python text.
+
+Each error class says whether a resume can get past it (`UserError.resumable`);
+a message of one that cannot (NaN loss, out of memory, bad data) suggests none.
 """
 
 from __future__ import annotations
@@ -26,8 +32,9 @@ from pathlib import Path
 import tensorflow as tf
 
 from mgpu_gui.core.config import DeviceKind, RunConfig
+from mgpu_gui.core.datasets.images import CorruptImageError
 from mgpu_gui.core.devices.plan import DevicePlan
-from mgpu_gui.core.errors import ExportError, OutputError, UserError
+from mgpu_gui.core.errors import DataError, ExportError, OutputError, UserError
 from mgpu_gui.core.runs import checkpoints as ckpt
 from mgpu_gui.core.runs.folder import RunDir
 from mgpu_gui.engine.callbacks import EpochCheckpoints, EpochTracker, NonFiniteWeights
@@ -42,11 +49,18 @@ _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>[^
 
 
 class NonFiniteLossError(UserError):
-    """The loss became NaN or infinite; the weights of that step were not saved."""
+    """The loss became NaN or infinite; the weights of that step were not saved.
+
+    Not resumable: the same settings from the same backup meet the same step again.
+    """
+
+    resumable = False
 
 
 class OutOfMemoryError(UserError):
-    """The devices ran out of memory."""
+    """The devices ran out of memory. Not resumable: a resume keeps the batch size."""
+
+    resumable = False
 
 
 class ModelCodeError(UserError):
@@ -99,12 +113,17 @@ class Where:
             return "before the first training step (while building the training step)"
         return f"in epoch {position[0]} at step {position[1]} of {self.steps}"
 
-    def kept(self) -> str:
+    def kept(self, resumable: bool = True) -> str:
+        """What the run keeps; a resume is offered only when `resumable`."""
         done = self.run_dir.backup_epoch()
+        epochs = f"{done} completed epoch{'s' if done != 1 else ''}"
+        if not resumable:
+            return (f"The checkpoints of the {epochs} are kept in {self.run_dir.checkpoints}."
+                    if done else "No epoch was completed.")
         if done == 0:
             return "No epoch was completed, so there is no backup to resume from."
-        return (f"The backup of the {done} completed epoch{'s' if done != 1 else ''} is kept "
-                f"in {self.run_dir.backup}; a resume continues with epoch {done + 1}.")
+        return (f"The backup of the {epochs} is kept in {self.run_dir.backup}; a resume "
+                f"continues with epoch {done + 1}.")
 
 
 def explain_failure(error: BaseException, where: Where) -> BaseException:
@@ -114,6 +133,9 @@ def explain_failure(error: BaseException, where: Where) -> BaseException:
     if isinstance(error, (NonFiniteLossError, OutOfMemoryError, ModelCodeError,
                           ckpt.DiskFullError)):
         return error
+    corrupt = _py_function_error(error, CorruptImageError)
+    if corrupt is not None:
+        return _image_failed(corrupt, where)
     failure = ckpt.write_failure(error, where.run_dir.path)
     if failure is not None:
         return _write_failed(failure, error, where)
@@ -123,7 +145,7 @@ def explain_failure(error: BaseException, where: Where) -> BaseException:
         return NonFiniteLossError(
             f"The model's weights became NaN or infinite in epoch {error.epoch + 1}, though "
             f"the loss stayed finite (layers such as ReLU can hide NaN values from it). "
-            f"Training stopped without saving them. {where.kept()} Check the data for NaN "
+            f"Training stopped without saving them. {where.kept(False)} Check the data for NaN "
             f"values, lower the learning rate, or enable gradient clipping in the model's "
             f"optimizer.")
     if isinstance(error, tf.errors.ResourceExhaustedError):
@@ -184,7 +206,7 @@ def _out_of_memory(error: BaseException, where: Where) -> OutOfMemoryError:
     else:
         advice = ("The batch per replica is already 1: use a smaller model, or devices with "
                   "more memory.")
-    kept = f" {where.kept()}" if where.stage is not Stage.SETUP else ""
+    kept = f" {where.kept(False)}" if where.stage is not Stage.SETUP else ""
     said = _first_line(getattr(error, "message", None) or str(error))
     return OutOfMemoryError(
         f"Out of memory {when} on {devices}, with a batch of {per} per replica (global batch "
@@ -201,8 +223,31 @@ def _non_finite(where: Where) -> NonFiniteLossError:
     return NonFiniteLossError(
         f"The loss became NaN or infinite in epoch {epoch} at step {step} of {where.steps}. "
         f"Training stopped; checkpoints hold only epochs that ended with a finite loss. "
-        f"{where.kept()} Lower the learning rate, check the data for NaN values, or enable "
-        f"gradient clipping in the model's optimizer.")
+        f"{where.kept(False)} Lower the learning rate, check the data for NaN values, or "
+        f"enable gradient clipping in the model's optimizer, then start a new run.")
+
+
+def _py_function_error(error: BaseException, kind: type[Exception]) -> str | None:
+    """The message of a `kind` raised inside a tf.numpy_function, from TensorFlow's error.
+
+    tf.data puts its iterator's path before it ("iterator: Iterator::Root::...::
+    ParallelMapV2: CorruptImageError: ..."), so the class is looked for by name.
+    """
+    if not isinstance(error, tf.errors.OpError):
+        return None
+    text = getattr(error, "message", None) or str(error)
+    found = re.search(rf"(?<![\w.])(?:\w+\.)*{kind.__name__}: ([^\n]*)", text)
+    return found.group(1) if found else None
+
+
+def _image_failed(message: str, where: Where) -> DataError:
+    training = where.at() if where.position() else "in epoch 1, before its first step ended"
+    when = {Stage.SETUP: "while loading the data", Stage.TRAINING: training,
+            Stage.EVALUATION: "while evaluating the test set",
+            Stage.EXPORT: "while exporting the model"}[where.stage]
+    return DataError(
+        f"Training stopped {when}: {message} It could be read when the run started, so it "
+        f"changed since (or its drive fails). {where.kept(False)} Then start a new run.")
 
 
 def _code_failed(error: BaseException, where: Where) -> ModelCodeError:

@@ -18,6 +18,7 @@ import tensorflow as tf
 
 from mgpu_gui.core.config import DEMO, RunConfig
 from mgpu_gui.core.datasets.batching import SAMPLE_BATCH
+from mgpu_gui.core.datasets.images import decode_image
 from mgpu_gui.core.datasets.inspection import (
     DEMO_MAX_VALUE,
     DataInfo,
@@ -255,6 +256,10 @@ def _label_stats(parts: list[tuple[_Split, str]]) -> LabelStats:
     return describe_labels(ys, [name for _, name in parts])
 
 
+def _decode_file(path: bytes) -> np.ndarray:
+    return decode_image(os.fsdecode(path))
+
+
 class _Converter:
     """Turns a split into an unbatched tf.data.Dataset; images decode in parallel."""
 
@@ -271,9 +276,10 @@ class _Converter:
         return ds.map(self._decode, num_parallel_calls=tf.data.AUTOTUNE)
 
     def _decode(self, path: tf.Tensor, label: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-
-        raw = tf.io.read_file(path)
-        image = tf.io.decode_image(raw, channels=3, expand_animations=False)
+        # The data check's decoder (Pillow): a file it passed decodes here, and one damaged
+        # since fails naming itself (TensorFlow's decoder names no file).
+        image = tf.numpy_function(_decode_file, [path], tf.uint8, stateful=False)
+        image.set_shape((None, None, 3))
         image = tf.image.resize(image, self.size)  # float32, any input size
         image = tf.ensure_shape(image, self.shape)
         return image * self.rescale, label

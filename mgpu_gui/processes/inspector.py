@@ -19,10 +19,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import resource
 import sys
 from pathlib import PurePath
 
+from mgpu_gui.core.children.limits import cap_memory
 from mgpu_gui.core.datasets.inspection import inspect_data
 from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.events import (
@@ -35,20 +35,6 @@ from mgpu_gui.core.events import (
 )
 from mgpu_gui.core.modelfiles.inspection import inspect_model_file
 from mgpu_gui.core.plain import to_plain
-
-
-def cap_memory(headroom: int) -> int:
-    """Limit this process's address space to its present size plus `headroom` bytes.
-
-    Relative, not absolute: what numpy and h5py reserve at import differs between
-    machines (thread buffers per core), and only what a file makes us allocate matters.
-    """
-    with open("/proc/self/statm") as statm:
-        size = int(statm.read().split()[0]) * resource.getpagesize()
-    _, hard = resource.getrlimit(resource.RLIMIT_AS)
-    limit = size + headroom if hard == resource.RLIM_INFINITY else min(size + headroom, hard)
-    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
-    return limit
 
 
 def answer(request: InspectRequest, headroom_mib: int) -> Event:

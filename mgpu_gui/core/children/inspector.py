@@ -29,13 +29,16 @@ from collections.abc import Hashable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from mgpu_gui.core.children.data_check import check_data_content
 from mgpu_gui.core.children.launch import Child, module_command
 from mgpu_gui.core.children.runner import died_text
 from mgpu_gui.core.config import DEMO
 from mgpu_gui.core.datasets import inspection as data_inspection
+from mgpu_gui.core.datasets.content import ContentRequest
 from mgpu_gui.core.datasets.inspection import DataInfo
 from mgpu_gui.core.errors import DataError, ModelError, UserError
 from mgpu_gui.core.events import (
+    DataChecked,
     FileInspected,
     InspectFailed,
     InspectKind,
@@ -117,6 +120,12 @@ class FileInspector:
         if str(source) == DEMO or Path(os.path.expanduser(str(source))).is_dir():
             return data_inspection.inspect_data(source, image_size=image_size)
         return self._inspect(InspectRequest(InspectKind.DATA, str(source)), DataInfo)
+
+    def check_content(self, request: ContentRequest) -> DataChecked:
+        """Every value and image of the data, read in a short-lived child of its own
+        (`core.children.data_check`): it takes seconds, which the warm child's
+        as-you-type answers must not wait behind. Raises DataError."""
+        return check_data_content(request)
 
     def close(self) -> None:
         """End the child (EOF on its stdin, a kill if it does not go); reusable after."""

@@ -30,6 +30,7 @@ class Child(StrEnum):
     EXPORT = "mgpu_gui.processes.export"
     EXPORT_VERIFIER = "mgpu_gui.processes.export_verifier"
     INSPECTOR = "mgpu_gui.processes.inspector"
+    DATA_CHECK = "mgpu_gui.processes.data_check"
 
 
 class UnknownChildError(ValueError):

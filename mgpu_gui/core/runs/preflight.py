@@ -1,8 +1,11 @@
 """Checks that need no TensorFlow, run before a run folder or a worker exists.
 
-Bad input is refused in milliseconds with the same messages the worker would
-give later, and leaves no files behind. What only the built model can tell (a
-`.py` builder's shapes) is checked again in the worker.
+Bad input is refused with the same messages the worker would give later, and
+leaves no files behind. The data's content (NaN/Inf, labels, classes, images
+that do not decode) is checked before the batch arithmetic: a tiny damaged
+dataset is refused for its damage, not for being smaller than one batch. What
+only the built model can tell (a `.py` builder's shapes and loss) is checked
+again in the worker.
 """
 
 from __future__ import annotations
@@ -14,8 +17,10 @@ from typing import Protocol
 
 from mgpu_gui.core.config import DEMO, RunConfig
 from mgpu_gui.core.datasets import fit_check
+from mgpu_gui.core.datasets.content import ContentRequest
 from mgpu_gui.core.datasets.inspection import DataInfo, LabelKind
 from mgpu_gui.core.errors import DataError, ModelError, OutputError, UserError
+from mgpu_gui.core.events import DataChecked
 from mgpu_gui.core.modelfiles.info import ModelFileInfo, lambda_refused
 from mgpu_gui.core.runs import checkpoints
 
@@ -31,6 +36,8 @@ class FileReader(Protocol):
 
     def inspect_data(self, source: str | os.PathLike[str], *,
                      image_size: Sequence[int] | None = None) -> DataInfo: ...
+
+    def check_content(self, request: ContentRequest) -> DataChecked: ...
 
 
 def check(config: RunConfig, replicas: int, reader: FileReader,
@@ -48,12 +55,52 @@ def check(config: RunConfig, replicas: int, reader: FileReader,
     data = reader.inspect_data(config.data, image_size=config.image_size)
     if config.validation_data is not None:
         reader.inspect_data(config.validation_data, image_size=config.image_size)
+    reader.check_content(content_request(config, model))
     if model is not None:
         check_model_fits(config, model, data)
     check_batch_fits(config, replicas, data)
     if disk:
         check_output_disk(config, model)
     return model, data
+
+
+# Keras loss names (spaces and underscores dropped) of losses that predict values, not classes.
+_REGRESSION_LOSSES = frozenset({
+    "meansquarederror", "mse", "meanabsoluteerror", "mae", "meanabsolutepercentageerror",
+    "mape", "meansquaredlogarithmicerror", "msle", "huber", "huberloss", "logcosh", "poisson",
+    "cosinesimilarity", "kld", "kldivergence", "kullbackleiblerdivergence"})
+
+
+def loss_is_classifier(loss: str) -> bool | None:
+    """Whether a Keras loss trains a classifier (None: a loss we do not know)."""
+    key = loss.split("(")[0].replace("_", "").replace(" ", "").lower()
+    if "crossentropy" in key or "hinge" in key:
+        return True
+    return False if key in _REGRESSION_LOSSES else None
+
+
+def classifier_of(config: RunConfig, model: ModelFileInfo | None) -> tuple[bool | None, str]:
+    """Whether the run trains a classifier, and what says so (for a message).
+
+    None when only the built model can tell: a `.py` builder may compile itself.
+    """
+    if config.loss is not None:
+        return loss_is_classifier(config.loss), f"the loss {config.loss}"
+    if config.model == DEMO:
+        return True, "the demo model"
+    if model is None or model.format == "py":
+        return None, ""
+    if model.compiled and model.loss:
+        return loss_is_classifier(model.loss), f"{model.path.name} (loss {model.loss})"
+    # Every loss the worker picks for an uncompiled model is a classification loss.
+    return True, f"{model.path.name} (no loss given: one is chosen for its output)"
+
+
+def content_request(config: RunConfig, model: ModelFileInfo | None) -> ContentRequest:
+    """What the data check reads for this run: the data and any validation data."""
+    classifier, why = classifier_of(config, model)
+    sources = (config.data,) + ((config.validation_data,) if config.validation_data else ())
+    return ContentRequest(sources, classifier, why)
 
 
 def check_model_fits(config: RunConfig, model: ModelFileInfo, data: DataInfo) -> None:

@@ -3,7 +3,9 @@
 Instant checks (no TensorFlow: `RunConfig.problems`, then the model and data
 files and the output folder through `SetupChecker`, which reads a file again
 only when it changed) run ~150 ms after the last change and outline the field
-that is wrong, with the core's message under it. Everything shown about the
+that is wrong, with the core's message under it. The data check (NaN/Inf,
+labels, classes, images that do not decode: seconds) follows in its child
+(`DataContentCheck`); what it finds becomes the Data field's problem. Everything shown about the
 files is keyed by the model and data paths it was read from: the moment either
 path changes, those facts go (build status and summary, file notices, sample
 counts, the files' problems), and the checks read the new files after the pause.
@@ -33,7 +35,9 @@ from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.lr_schedule import LinearScaling, format_lr
 from mgpu_gui.core.modelfiles.compile_facts import CompileFacts
 from mgpu_gui.core.modelfiles.info import ModelFileInfo
+from mgpu_gui.core.runs import preflight
 from mgpu_gui.gui.jobs.build_check import BuildCheck
+from mgpu_gui.gui.jobs.data_content import DataContentCheck
 from mgpu_gui.gui.jobs.setup_check import SetupChecker
 from mgpu_gui.gui.panels.run_setup_form import RunSetupForm
 from mgpu_gui.gui.widgets.recent_files import RecentFiles
@@ -41,6 +45,8 @@ from mgpu_gui.gui.widgets.recent_files import RecentFiles
 SETTINGS_GROUP = "run_setup"
 CHECK_DELAY_MS = 150
 WARNING_COLOR = "#b06000"
+# Problems after which the data check has nothing (or not the right files) to read.
+CONTENT_BLOCKERS = frozenset({"data", "validation_data", "image_size"})
 
 
 class RunSetupPanel(RunSetupForm):
@@ -70,6 +76,9 @@ class RunSetupPanel(RunSetupForm):
         self._build.status.connect(self.model_status.setText)
         self._build.summary_ready.connect(self.summary_ready)
         self._build.finished.connect(self.check_now)
+        self._content = DataContentCheck(self)
+        self._content.progress.connect(self._show_content_progress)
+        self._content.finished.connect(self.check_now)
         self._recent = RecentFiles(self.model_combo, f"{SETTINGS_GROUP}/recent_models", DEMO)
         self._connect_panel()
         self._load_recent()
@@ -119,7 +128,13 @@ class RunSetupPanel(RunSetupForm):
         """Run the instant checks now (normally ~150 ms after the last change)."""
         self._check_timer.stop()
         config = self.build_config()
-        found = self._checker.check(config, self._replicas, self.input_problems(config))
+        known = self.input_problems(config)
+        found = self._checker.check(config, self._replicas, known)
+        readable = found.data is not None and not CONTENT_BLOCKERS & found.problems.keys()
+        self._content.follow(preflight.content_request(config, found.model) if readable else None)
+        content = self._content.problem()
+        if content is not None:  # the data's damage, not the batch it cannot fill (reads cached)
+            found = self._checker.check(config, self._replicas, {**known, "data": content})
         problems, self._data_info, self.model_info = found.problems, found.data, found.model
         self._facts_paths = (config.model, config.data)
         self._build.follow(config, instant_problems=bool(problems))
@@ -128,6 +143,8 @@ class RunSetupPanel(RunSetupForm):
             problems.setdefault(*failed)
         self._problems = problems
         self.show_problems(problems, self._data_info)
+        if not problems and self._content.is_running():
+            self.summary_label.setText("Checking the data…")
         # What the file is does not depend on the data: shown even when they do not fit.
         file_info = None if config.model == DEMO else self.model_info
         self.wrapper_notice.show_for(file_info)
@@ -170,6 +187,7 @@ class RunSetupPanel(RunSetupForm):
         """Stop the pending check and kill a running probe (call before closing)."""
         self._check_timer.stop()
         self._build.shutdown()
+        self._content.shutdown()
         self.wrapper_notice.shutdown()
 
     # -- reacting to changes ------------------------------------------------
@@ -205,6 +223,7 @@ class RunSetupPanel(RunSetupForm):
             self.compile_source.override.setChecked(False)
         self._facts_paths = None
         self._build.drop_stale(config)
+        self._content.follow(None)
         self._data_info = self.model_info = None
         self.wrapper_notice.show_for(None)
         self._show_compile_facts(None)
@@ -213,6 +232,10 @@ class RunSetupPanel(RunSetupForm):
         if not self._problems:
             self.summary_label.setText("Checking the files…")
         self._update_batch_text()
+
+    def _show_content_progress(self, text: str) -> None:
+        if text and not self._problems:
+            self.summary_label.setText(text)
 
     def _show_compile_facts(self, facts: CompileFacts | None) -> None:
         """The file's own optimizer, in its row and in the Optimization header: the section

@@ -1,0 +1,70 @@
+"""Reading image files: the one decoder that the data check and the training pipeline share.
+
+An image the check accepts is one training can read, and the reverse: both call
+`decode_image` (the pipeline through `tf.numpy_function`), so a format or a
+damage one of them handles differently cannot slip through. Pillow, not
+TensorFlow, so the check runs in a light child process (no 2.4 s TensorFlow
+import) and a failure names its file: TensorFlow's own decoder says "Invalid
+PNG data" and nothing else. The result matches `tf.io.decode_image(...,
+channels=3, expand_animations=False)`: 8-bit RGB, the first frame of an
+animation, alpha dropped, 16-bit samples shifted to 8 bits.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+from PIL import Image, ImageFile
+
+from mgpu_gui.core.errors import DataError
+
+# Truncated files must fail, never decode padded with grey (Pillow's opt-in default).
+ImageFile.LOAD_TRUNCATED_IMAGES = False
+_SIXTEEN_BIT = {"I;16", "I;16L", "I;16B", "I;16N", "I"}
+
+
+class CorruptImageError(DataError):
+    """An image file that cannot be decoded; the message names it.
+
+    One line: inside the training pipeline it travels in TensorFlow's error text,
+    which `engine.failures` reads back.
+    """
+
+
+def decode_image(path: str | os.PathLike[str]) -> np.ndarray:
+    """The image at `path` as uint8 (height, width, 3), or a CorruptImageError."""
+    try:
+        with Image.open(path) as image:
+            image.load()
+            return _rgb(image)
+    except Exception as error:  # Pillow raises OSError, SyntaxError, ValueError, zlib...
+        raise corrupt(path, error) from error
+
+
+def check_header(path: str | os.PathLike[str]) -> None:
+    """Open the file far enough to know its format and size (no pixels decoded)."""
+    try:
+        with Image.open(path) as image:
+            if image.width < 1 or image.height < 1:
+                raise ValueError(f"it is {image.width}x{image.height} pixels")
+    except Exception as error:
+        raise corrupt(path, error) from error
+
+
+def corrupt(path: str | os.PathLike[str], error: BaseException) -> CorruptImageError:
+    reason = " ".join(f"{type(error).__name__}: {error}".split())[:160]
+    return CorruptImageError(
+        f"the image {os.fspath(path)} cannot be decoded ({reason}); replace it with a "
+        "readable image or delete it.")
+
+
+def _rgb(image: Image.Image) -> np.ndarray:
+    if image.mode in _SIXTEEN_BIT:  # 16-bit grey: keep the high byte, as TensorFlow does
+        grey = (np.asarray(image).astype(np.uint32) >> 8).clip(0, 255).astype(np.uint8)
+        return np.repeat(grey[..., None], 3, axis=-1)
+    if image.mode == "P":  # via RGBA: Pillow warns when a palette's transparency goes at once
+        image = image.convert("RGBA")
+    if image.mode != "RGB":
+        image = image.convert("RGB")
+    return np.asarray(image, dtype=np.uint8)
