@@ -165,14 +165,15 @@ def test_back_to_demo_drops_the_build_error_at_once(qtbot, panel, probe, tmp_pat
     assert "could not be built" not in panel.summary_label.text()
 
 
-def test_new_data_drop_the_old_sample_counts_at_once(panel, tmp_path):
+def test_new_data_drop_the_old_sample_counts_at_once(qtbot, panel, tmp_path):
     for name, samples in (("a.npz", 300), ("b.npz", 40)):
         np.savez(tmp_path / name, x_train=np.zeros((samples, 8, 8, 1), "float32"),
                  y_train=np.arange(samples) % 10)
     panel.set_data_path(tmp_path / "a.npz")
     panel.check_now()
     assert "270 training samples" in panel.batch_hint.text()  # 300 less 10 % validation
-    assert "300 samples" in panel.summary_label.text()
+    # Ready once the data's content was read in its child.
+    qtbot.waitUntil(lambda: "300 samples" in panel.summary_label.text(), timeout=10_000)
     panel.set_data_path(tmp_path / "b.npz")
     assert "training samples" not in panel.batch_hint.text()
     assert "300" not in panel.summary_label.text()
