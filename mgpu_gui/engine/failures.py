@@ -100,11 +100,12 @@ class Where:
         return f"in epoch {position[0]} at step {position[1]} of {self.steps}"
 
     def kept(self) -> str:
-        done = self.run_dir.backup_epoch()
-        if done == 0:
-            return "No epoch was completed, so there is no backup to resume from."
-        return (f"The backup of the {done} completed epoch{'s' if done != 1 else ''} is kept "
-                f"in {self.run_dir.backup}; a resume continues with epoch {done + 1}.")
+        return self.run_dir.resume_point().kept()
+
+    def then_go_on(self) -> str:
+        """After a fix: resume when the backup allows it, else train again."""
+        return ("then resume the run" if self.run_dir.resume_point().resumable
+                else "then train the run again")
 
 
 def explain_failure(error: BaseException, where: Where) -> BaseException:
@@ -154,7 +155,7 @@ def _write_failed(failure: str, error: BaseException, where: Where) -> UserError
         what = {Stage.SETUP: "while preparing the run",
                 Stage.EVALUATION: "while evaluating the test set",
                 Stage.TRAINING: where.at()}[where.stage]
-        kept, retry = where.kept(), "then resume the run"
+        kept, retry = where.kept(), where.then_go_on()
     if failure == "full":
         free = ckpt.format_bytes(ckpt.free_bytes(folder))
         message = (f"The disk holding the run folder {folder} is full ({free} free): a write "
@@ -222,12 +223,12 @@ def _code_failed(error: BaseException, where: Where) -> ModelCodeError:
             f"The model's code raised {py_func.group('type')}: "
             f"{_clip(py_func.group('text'))} {where.at()}{origin}, inside a "
             f"tf.numpy_function or tf.py_function. Training stopped. {where.kept()} "
-            f"Fix the code, then resume the run. {details}")
+            f"Fix the code, {where.then_go_on()}. {details}")
     return ModelCodeError(
         f"Training failed {where.at()} with {type(error).__name__}: {_clip(str(error))}. "
         f"It was raised by code that runs during training, most likely the model's own "
-        f"(custom layers, losses or metrics). {where.kept()} Fix the code, then resume the "
-        f"run. {details}")
+        f"(custom layers, losses or metrics). {where.kept()} Fix the code, "
+        f"{where.then_go_on()}. {details}")
 
 
 def _first_line(text: str) -> str:
