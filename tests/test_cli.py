@@ -300,6 +300,11 @@ def test_py_model_fails_in_the_worker(files, tmp_path, builder, words):
                             "-o", out_dir)
     assert result[0] == cli.EXIT_FAILED
     assert_refused(*result, out_dir, *words)
+    from mgpu_gui.core.runs.store import RunStore
+
+    with RunStore() as store:
+        assert store.runs() == []  # no row left pointing at the removed folder
+    assert "mgpu-train resume" not in result[1] + result[2]
 
 
 @pytest.mark.slow
