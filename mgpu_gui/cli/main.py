@@ -40,6 +40,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mgpu-train",
         description="Train a Keras model data-parallel on the chosen GPUs (or CPU replicas).",
+        epilog="TensorFlow runs in child processes; what it prints (its start-up messages "
+               "too) goes to the run folder's worker.log, or for export, unwrap and doctor "
+               "to a log file that an error names. --debug shows it in the terminal too.",
     )
     parser.add_argument("--debug", action="store_true",
                         help="show tracebacks, and everything the child processes print "
