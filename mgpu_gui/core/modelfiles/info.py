@@ -72,10 +72,10 @@ def describe(info: ModelFileInfo) -> list[str]:
     compiled or not, wrapped or not; a `.py` builder says what it builds with, and when."""
     name = info.path.name
     if info.format == "py":
-        builder = info.builder or "build_model"
-        return [f"{name}: a model builder file (Python): {builder}(input_shape, num_classes) "
-                f"builds the model when a run starts, for the data's input shape and "
-                f"classes.",
+        builder = (f"{info.builder}(input_shape, num_classes)" if info.builder
+                   else "its builder function")
+        return [f"{name}: a model builder file (Python): {builder} builds the model when a "
+                f"run starts, for the data's input shape and classes.",
                 "  Nothing in it ran: inspect reads it without running it. To see the model "
                 "it builds: “Show summary” in the app, or --summary when training."]
     saved = f", saved by Keras {info.keras_version}" if info.keras_version else ""
