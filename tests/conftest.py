@@ -39,6 +39,12 @@ def _isolated_store(tmp_path_factory, monkeypatch):
 
 
 @pytest.fixture(autouse=True)
+def _isolated_logs(tmp_path_factory, monkeypatch):
+    """Children's log files (export, the TensorFlow check) go to a temporary folder."""
+    monkeypatch.setenv("MGPU_GUI_LOG_DIR", str(tmp_path_factory.mktemp("logs")))
+
+
+@pytest.fixture(autouse=True)
 def _isolated_settings(request, tmp_path_factory):
     """QSettings of GUI tests go to a temporary folder, never the user's."""
     if "qtbot" not in request.fixturenames and "qapp" not in request.fixturenames:

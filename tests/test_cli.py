@@ -300,6 +300,11 @@ def test_py_model_fails_in_the_worker(files, tmp_path, builder, words):
                             "-o", out_dir)
     assert result[0] == cli.EXIT_FAILED
     assert_refused(*result, out_dir, *words)
+    from mgpu_gui.core.runs.store import RunStore
+
+    with RunStore() as store:
+        assert store.runs() == []  # no row left pointing at the removed folder
+    assert "mgpu-train resume" not in result[1] + result[2]
 
 
 @pytest.mark.slow
@@ -326,6 +331,9 @@ def test_export_command_with_relative_paths(models, tmp_path):
     code, out, err = run_subprocess("export", "model.keras", "-o", "copy.keras", cwd=tmp_path)
     assert code == 0, out + err
     assert "Exported keras model" in out and (tmp_path / "copy.keras").is_file()
+    from mgpu_gui.core.eventtext import is_startup_noise
+
+    assert not [line for line in (out + err).splitlines() if is_startup_noise(line)], err
 
 
 # -- acceptance ----------------------------------------------------------------

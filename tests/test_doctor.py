@@ -255,7 +255,7 @@ def test_cli_doctor_json_and_exit_code(monkeypatch, capsys, nvml):
     monkeypatch.setattr("mgpu_gui.core.devices.nvml.query_inventory", lambda: two_gpus)
     for name, code in (("all_fine_two_gpus", 0), ("tensorflow_cpu_package", 1)):
         monkeypatch.setattr("mgpu_gui.core.tools.tf_facts.ask_tensorflow",
-                            lambda name=name: load(name).tf)
+                            lambda name=name, on_output=None: load(name).tf)
         assert cli.main(["doctor", "--json"]) == code
         out = json.loads(capsys.readouterr().out)
         assert out["ok"] is (code == 0)

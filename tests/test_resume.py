@@ -98,7 +98,7 @@ def test_sigkill_of_the_worker_mid_epoch_then_resume(config, tmp_path):
     assert outcome.status is RunStatus.FAILED
     assert "killed by signal 9 (SIGKILL)" in outcome.message
     assert "1 completed epoch is kept" in outcome.message
-    assert "resuming continues at epoch 2" in outcome.message
+    assert "a resume continues with epoch 2" in outcome.message
     run_dir = run.run_dir
     assert run_dir.backup_epoch() == 1
     (record,) = store.runs()

@@ -26,6 +26,7 @@ from mgpu_gui.core.events import (
     RunStarted,
     RunStatus,
 )
+from mgpu_gui.core.runs import checkpoints as ckpt
 from mgpu_gui.core.runs.folder import RunDir, create_run_dir
 from mgpu_gui.core.runs.lock import RunLock
 from mgpu_gui.core.runs.store import RunRecord, RunRecorder, RunState, RunStore
@@ -95,6 +96,9 @@ def record_run(store: RunStore, root: Path, name: str, *, epochs: int = 4, done:
         recorder.handle(event)
     recorder.flush()
     run_dir.events_jsonl.write_text("".join(e.to_json() + "\n" for e in events))
+    if done:  # the worker's backup holds every complete epoch
+        run_dir.backup.mkdir()
+        ckpt.commit_backup(run_dir.backup, done)
     return store.get(run_id)
 
 

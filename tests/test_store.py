@@ -27,6 +27,7 @@ from mgpu_gui.core.events import (
     RunStarted,
     RunStatus,
 )
+from mgpu_gui.core.runs import checkpoints as ckpt
 from mgpu_gui.core.runs import storedb
 from mgpu_gui.core.runs.folder import RunDir, create_run_dir
 from mgpu_gui.core.runs.lock import RunBusyError, RunLock, is_live
@@ -190,9 +191,14 @@ def test_reconcile_marks_orphans_interrupted_and_leaves_live_runs(store, tmp_pat
     live, live_dir = make_run(store, tmp_path, "live")
     finished, finished_dir = make_run(store, tmp_path, "finished")
     gone, gone_dir = make_run(store, tmp_path, "gone")
+    early, early_dir = make_run(store, tmp_path, "early")
     # The worker stopped by itself when its supervisor died: its last event says stopped.
     write_events(orphan_dir, [started(), *epoch_events(0, 1.0),
                               RunFinished(status=RunStatus.STOPPED, epochs_done=1)])
+    for run_dir in (orphan_dir, live_dir):  # each completed an epoch
+        run_dir.backup.mkdir()
+        ckpt.commit_backup(run_dir.backup, 1)
+    write_events(early_dir, [started()])  # killed in its first epoch: no backup
     write_events(finished_dir, [started(), *epoch_events(0, 1.0),
                                 RunFinished(status=RunStatus.COMPLETED, epochs_done=3)])
     lock = RunLock.acquire(live_dir.path)
@@ -210,6 +216,10 @@ def test_reconcile_marks_orphans_interrupted_and_leaves_live_runs(store, tmp_pat
     assert store.get(finished).status is RunState.COMPLETED
     assert store.get(gone).status is RunState.INTERRUPTED
     assert "is gone" in store.get(gone).message
+    # Interrupted too, but with nothing to resume: it says so, and is not offered.
+    assert store.get(early).status is RunState.INTERRUPTED
+    assert "no backup to resume from" in store.get(early).message
+    assert "Resume" not in store.get(early).message
     # Once its worker is gone, the live run is an orphan too; then nothing is left to do.
     assert [r.id for r in store.reconcile()] == [live]
     assert store.reconcile() == []

@@ -42,5 +42,6 @@ def test_a_killed_worker_is_reported_with_its_last_output(tmp_path):
     outcome = worker.outcome()
     assert outcome.status is RunStatus.FAILED
     assert "killed by signal 9" in outcome.message
-    assert "kept" in outcome.message  # the run folder and what it holds are not deleted
+    assert "no backup to resume from" in outcome.message and not outcome.resumable
+    assert str(worker.run.run_dir.worker_log) in outcome.message  # where its output went
     assert worker.run.run_dir.path.exists()

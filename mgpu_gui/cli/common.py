@@ -29,7 +29,7 @@ from mgpu_gui.core.config import (
     RunConfig,
 )
 from mgpu_gui.core.errors import UserError
-from mgpu_gui.core.events import ExportDone, RunFinished, RunStarted, RunStatus
+from mgpu_gui.core.events import ExportDone, RunFinished, RunStatus
 from mgpu_gui.core.eventtext import finished_line
 from mgpu_gui.core.runs.store import RunRecord, RunStore
 from mgpu_gui.core.runs.storedb import StoreError
@@ -232,13 +232,14 @@ def run_export_job(request: ExportRequest, args: argparse.Namespace) -> int:
         return 0
     if interrupted():
         return EXIT_STOPPED
-    if outcome.user_error:
-        raise UserError(outcome.message)
     print(f"error: {failed_text(outcome)}", file=sys.stderr)
-    if outcome.error_type:  # a bug in the child
+    if outcome.error_type and not outcome.user_error:  # a bug in the child
         print(outcome.traceback.rstrip() if args.debug else
               "This is a bug; run again with --debug for the traceback.", file=sys.stderr)
-    return EXIT_FAILED
+    if job.log is not None and not args.debug:  # --debug showed it all already
+        print(f"The {request.mode.value} process's full output (TensorFlow's included) is "
+              f"in {job.log}", file=sys.stderr)
+    return EXIT_USAGE if outcome.user_error else EXIT_FAILED
 
 
 # -- the run store ---------------------------------------------------------------
@@ -320,13 +321,13 @@ def _report_outcome(outcome: RunOutcome, out: TextIO, debug: bool, interrupted: 
         print(f"error: {outcome.message}", file=sys.stderr)
         if debug and outcome.traceback:
             print(outcome.traceback, file=sys.stderr)
-        if resume and any(isinstance(e, RunStarted) for e in outcome.events):
+        if resume and outcome.resumable:
             print(resume, file=sys.stderr)
         return EXIT_FAILED
     finished = next(e for e in reversed(outcome.events) if isinstance(e, RunFinished))
     print(finished_line(finished), file=out)
     if outcome.status is RunStatus.STOPPED:
-        if resume:
+        if resume and outcome.resumable:
             print(resume, file=out)
         return EXIT_STOPPED if interrupted else 0
     return 0

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from mgpu_gui.core.children.runner import command_log
 from mgpu_gui.core.devices import nvml
 from mgpu_gui.core.tools.doctor import Facts, NvmlFacts, diagnose, exit_code
 from mgpu_gui.core.tools.doctor_report import findings_to_plain, report
@@ -20,16 +21,20 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from mgpu_gui.core.tools.tf_facts import ask_tensorflow  # runs TensorFlow in a child
+    from mgpu_gui.core.tools.tf_facts import LOG_NAME, ask_tensorflow  # TF runs in a child
 
     if not args.json:
         print("Asking NVIDIA's driver and TensorFlow (TensorFlow starts in a child process, "
               "a few seconds)…", file=sys.stderr)
-    facts = Facts(NvmlFacts.from_inventory(nvml.query_inventory()), ask_tensorflow())
+    tf = ask_tensorflow(on_output=(lambda line: print(line, file=sys.stderr))
+                        if args.debug else None)
+    facts = Facts(NvmlFacts.from_inventory(nvml.query_inventory()), tf)
     findings = diagnose(facts)
     if args.json:
         print(json.dumps({"facts": facts.to_dict(), "findings": findings_to_plain(findings),
                           "ok": exit_code(findings) == 0}, indent=2))
     else:
-        print(report(facts, findings))
+        print(report(facts, findings, verbose=args.debug))
+    if tf.error and not args.debug:
+        print(f"TensorFlow's full output is in {command_log(LOG_NAME)}", file=sys.stderr)
     return exit_code(findings)

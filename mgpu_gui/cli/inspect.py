@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from mgpu_gui.core.modelfiles.info import describe
 from mgpu_gui.core.modelfiles.inspection import inspect_model_file
 
 
@@ -17,13 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     info = inspect_model_file(args.file)
-    print(f"{info.path.name}: {info.format} file, {info.class_name or '?'} "
-          f"'{info.name or '?'}' (saved by Keras {info.keras_version or '?'})")
-    if info.input_shape is not None:
-        print(f"  input shape: {info.input_shape}")
-    if info.output_units is not None:
-        print(f"  output: {info.output_units} units, activation {info.output_activation}")
-    print(f"  compiled: {'yes, loss ' + str(info.loss) if info.compiled else 'no'}")
+    print("\n".join(describe(info)))
+    if info.format == "py":
+        return 0
     if info.wrapper is not None:
         print(f"  {info.wrapper.describe()}")
         print(f"  recover the plain model with: mgpu-train unwrap {args.file} -o "

@@ -40,8 +40,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mgpu-train",
         description="Train a Keras model data-parallel on the chosen GPUs (or CPU replicas).",
+        epilog="TensorFlow runs in child processes; what it prints (its start-up messages "
+               "too) goes to the run folder's worker.log, or for export, unwrap and doctor "
+               "to a log file that an error names. --debug shows it in the terminal too.",
     )
-    parser.add_argument("--debug", action="store_true", help="show tracebacks and worker output")
+    parser.add_argument("--debug", action="store_true",
+                        help="show tracebacks, and everything the child processes print "
+                             "(TensorFlow's start-up among it), which otherwise goes only to "
+                             "a run's worker.log or to a log file named on failure; accepted "
+                             "anywhere on the command line")
     parser.add_argument("--store", type=Path,
                         help=f"the run history database (default: ${STORE_ENV}, else the "
                              f"user's data folder)")
@@ -54,21 +61,19 @@ def build_parser() -> argparse.ArgumentParser:
 def _with_command(argv: list[str]) -> list[str]:
     """`train` is the default command: `mgpu-train --epochs 3` trains.
 
-    The global options (--debug, --store PATH) may come anywhere before the flags. A
-    word where the command goes is one (train takes none), or argparse says it is not.
+    --debug may come anywhere (`mgpu-train export ... --debug`); --store PATH before
+    the command (each command that uses the store takes it after, too). A word where
+    the command goes is one (train takes none), or argparse says it is not.
     """
-    globals_: list[str] = []
-    rest = list(argv)
-    while rest and rest[0] in ("--debug", "--store") or (rest and rest[0].startswith("--store=")):
+    rest = [arg for arg in argv if arg != "--debug"]
+    globals_ = ["--debug"] if len(rest) != len(argv) else []
+    while rest and (rest[0] == "--store" or rest[0].startswith("--store=")):
         option = rest.pop(0)
         globals_.append(option)
         if option == "--store" and rest:
             globals_.append(rest.pop(0))
     if rest and (not rest[0].startswith("-") or rest[0] in ("-h", "--help")):
         return globals_ + rest
-    if "--debug" in rest:
-        rest.remove("--debug")
-        globals_.insert(0, "--debug")
     return globals_ + ["train"] + rest
 
 

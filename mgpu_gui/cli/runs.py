@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -15,6 +16,8 @@ from mgpu_gui.core.runs.store import RunRecord
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("runs", help="list past and running runs")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--prune", action="store_true",
+                   help="first remove the runs whose folders were deleted from the history")
     add_store_argument(p)
     p.set_defaults(func=run)
 
@@ -22,6 +25,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     store = open_store(args)
     say_interrupted(store.reconcile())
+    if args.prune:
+        for record in store.prune():
+            print(f"Removed run {record.id} ({record.name}) from the history: its folder "
+                  f"{record.run_dir} was deleted.", file=sys.stderr)
     records = store.runs()
     if args.json:
         print(json.dumps([_record_json(r) for r in records], indent=2))
@@ -41,8 +48,12 @@ def format_runs(records: list[RunRecord]) -> str:
         str(r.run_dir) + ("" if r.folder_exists else " (deleted)"),
     ) for r in records]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False))
-                     + "  " + row[-1] for row in rows)
+    table = "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=False))
+                      + "  " + row[-1] for row in rows)
+    if any(not r.folder_exists for r in records):
+        table += ("\nA run marked (deleted) lost its folder: it cannot be resumed or "
+                  "exported; `mgpu-train runs --prune` removes such runs.")
+    return table
 
 
 def _devices_text(record: RunRecord) -> str:

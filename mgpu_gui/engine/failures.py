@@ -114,16 +114,20 @@ class Where:
         return f"in epoch {position[0]} at step {position[1]} of {self.steps}"
 
     def kept(self, resumable: bool = True) -> str:
-        """What the run keeps; a resume is offered only when `resumable`."""
-        done = self.run_dir.backup_epoch()
+        """What the run keeps. A resume is offered only when the cause allows one
+        (`resumable`) and the run folder's backup does (`RunDir.resume_point`)."""
+        point = self.run_dir.resume_point()
+        if resumable or not point.exists:
+            return point.kept()
+        done = point.epochs_done
         epochs = f"{done} completed epoch{'s' if done != 1 else ''}"
-        if not resumable:
-            return (f"The checkpoints of the {epochs} are kept in {self.run_dir.checkpoints}."
-                    if done else "No epoch was completed.")
-        if done == 0:
-            return "No epoch was completed, so there is no backup to resume from."
-        return (f"The backup of the {epochs} is kept in {self.run_dir.backup}; a resume "
-                f"continues with epoch {done + 1}.")
+        return (f"The checkpoints of the {epochs} are kept in {self.run_dir.checkpoints}."
+                if done else "No epoch was completed.")
+
+    def then_go_on(self) -> str:
+        """After a fix: resume when the backup allows it, else train again."""
+        return ("then resume the run" if self.run_dir.resume_point().resumable
+                else "then train the run again")
 
 
 def explain_failure(error: BaseException, where: Where) -> BaseException:
@@ -176,7 +180,7 @@ def _write_failed(failure: str, error: BaseException, where: Where) -> UserError
         what = {Stage.SETUP: "while preparing the run",
                 Stage.EVALUATION: "while evaluating the test set",
                 Stage.TRAINING: where.at()}[where.stage]
-        kept, retry = where.kept(), "then resume the run"
+        kept, retry = where.kept(), where.then_go_on()
     if failure == "full":
         free = ckpt.format_bytes(ckpt.free_bytes(folder))
         message = (f"The disk holding the run folder {folder} is full ({free} free): a write "
@@ -267,12 +271,12 @@ def _code_failed(error: BaseException, where: Where) -> ModelCodeError:
             f"The model's code raised {py_func.group('type')}: "
             f"{_clip(py_func.group('text'))} {where.at()}{origin}, inside a "
             f"tf.numpy_function or tf.py_function. Training stopped. {where.kept()} "
-            f"Fix the code, then resume the run. {details}")
+            f"Fix the code, {where.then_go_on()}. {details}")
     return ModelCodeError(
         f"Training failed {where.at()} with {type(error).__name__}: {_clip(str(error))}. "
         f"It was raised by code that runs during training, most likely the model's own "
-        f"(custom layers, losses or metrics). {where.kept()} Fix the code, then resume the "
-        f"run. {details}")
+        f"(custom layers, losses or metrics). {where.kept()} Fix the code, "
+        f"{where.then_go_on()}. {details}")
 
 
 def _first_line(text: str) -> str:

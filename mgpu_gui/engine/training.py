@@ -202,7 +202,8 @@ def _run(config: RunConfig, run_dir: RunDir, plan: DevicePlan, strategy: tf.dist
     partial = last_seen is not None and not tracker.complete(last_seen)
     if partial:
         log(f"Stopped in epoch {last_seen + 1} after {tracker.steps_done(last_seen)} of {steps} "
-            f"steps; that epoch is not recorded and will be redone on resume.")
+            f"steps; that epoch is not recorded"
+            + (" and will be redone on resume." if epochs_done else "."))
         return _finish(sink, RunStatus.STOPPED, epochs_done, events, "Stopped by request.")
     if stop.is_set() and epochs_done < config.epochs:
         return _finish(sink, RunStatus.STOPPED, epochs_done, events, "Stopped by request.")

@@ -70,7 +70,8 @@ class Recovered:
         if self.skipped:
             lines.append("NOT recovered (they would run code from the file): "
                          + ", ".join(self.skipped) + "; the model ends before them")
-        lines.append(self.compile_note)
+        if self.compile_note:
+            lines.append(self.compile_note)
         return "\n".join(lines)
 
 
@@ -108,9 +109,11 @@ def recover_model(path: str | Path, *, custom_objects: dict[str, Any] | None = N
         weights = set_h5_weights(info.path, model, skip=set(skipped))
     else:
         weights = set_keras_weights(info.path, levels, template, appended)
-    note = "not compiled (the file has no training settings)"
-    if compile and (training or compile_config):
-        note = _compile(model, training, compile_config, info.path.name)
+    note = ""  # compile=False: the caller compiles it, and says how
+    if compile:
+        note = (_compile(model, training, compile_config, info.path.name)
+                if training or compile_config else
+                "not compiled (the file has no training settings)")
     recovered = Recovered(model, wrapper, tuple(skipped), weights.arrays, note, weights.skipped)
     for line in recovered.summary().splitlines():
         log(line)

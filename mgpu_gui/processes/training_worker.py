@@ -139,7 +139,8 @@ def failure_event(error: BaseException, started: bool) -> RunFailed:
                    f"This is likely a bug in mgpu-gui or in the model code; the traceback "
                    f"and worker.log in the run folder help to report it.")
     return RunFailed(message=message, phase=phase, error_type=type(error).__name__,
-                     traceback="".join(traceback.format_exception(error)))
+                     traceback="".join(traceback.format_exception(error)),
+                     resumable=getattr(error, "resumable", True))
 
 
 def device_plan(run_dir: RunDir) -> DevicePlan:

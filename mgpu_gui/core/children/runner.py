@@ -3,9 +3,13 @@
 Qt-free and TensorFlow-free, shared by the batch finder (core/tools/batch_finder.py)
 and the scaling test (core/tools/scaling_runner.py). A child gets its request as JSON on
 stdin and writes its events as JSON lines to an inherited pipe (`--events-fd`);
-what it prints (stdout and stderr) is read on a helper thread, passed on and its
-last lines kept, for the message when it dies without a result. The child starts
-in its own session, so a terminal's Ctrl-C reaches only the parent.
+what it prints (stdout and stderr: TensorFlow's start-up noise among it) is read on
+a helper thread (`pump_output`, which the training worker's supervisor shares) and
+goes to a log file, never to the terminal: a run's worker.log, or for a command
+outside a run `command_log(name)` in the user's log folder, which the command names
+when it fails. `on_output` gets it too (the CLI's --debug). Its last lines are
+kept for the message when it dies without a result. The child starts in its own
+session, so a terminal's Ctrl-C reaches only the parent.
 `cancel()` may be called from any thread: it kills the running child, and no
 other child starts. `run_child` runs one child to a typed outcome, never raising
 for what the child does (it could not start, was cancelled, died without a result).
@@ -23,12 +27,14 @@ import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from pathlib import Path
+from typing import IO, Any, Generic, TypeVar
 
 from mgpu_gui.core.eventtext import is_startup_noise
 
 OUTPUT_TAIL_LINES = 12
 CHILD_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
+LOG_DIR_ENV = "MGPU_GUI_LOG_DIR"
 
 R = TypeVar("R")
 
@@ -42,11 +48,27 @@ class ChildExit(Generic[R]):
     tail: tuple[str, ...]
 
 
-class ChildProcesses:
-    """Starts children one at a time; `cancel()` kills the running one for good."""
+def command_log(name: str) -> Path:
+    """The log file of a command's children outside a run: `<log folder>/<name>.log`
+    ($MGPU_GUI_LOG_DIR, else the user's log folder), rewritten by each new job."""
+    folder = os.environ.get(LOG_DIR_ENV)
+    if not folder:
+        import platformdirs
 
-    def __init__(self, thread_name: str = "child-output"):
+        folder = platformdirs.user_log_dir("mgpu-gui", appauthor=False)
+    return Path(folder).expanduser() / f"{name}.log"
+
+
+class ChildProcesses:
+    """Starts children one at a time; `cancel()` kills the running one for good.
+
+    With a `log`, what the children print goes there: the first child rewrites it,
+    later ones (a batch search's probes) append."""
+
+    def __init__(self, thread_name: str = "child-output", log: Path | None = None):
         self.thread_name = thread_name
+        self.log = log
+        self._log_mode = "w"
         self._proc: subprocess.Popen | None = None
         self._cancelled = False
         self._lock = threading.Lock()
@@ -89,8 +111,10 @@ class ChildProcesses:
         finally:
             os.close(events_w)
         tail: deque[str] = deque(maxlen=OUTPUT_TAIL_LINES)
-        pump = threading.Thread(target=_pump, args=(proc, tail, on_output), daemon=True,
-                                name=self.thread_name)
+        assert proc.stdout is not None
+        pump = threading.Thread(target=pump_output,
+                                args=(proc.stdout, self._open_log(), tail, on_output),
+                                daemon=True, name=self.thread_name)
         pump.start()
         assert proc.stdin is not None
         with contextlib.suppress(BrokenPipeError, OSError):
@@ -110,13 +134,30 @@ class ChildProcesses:
             self._proc = None
         return ChildExit(result, code, tuple(tail))
 
+    def _open_log(self) -> IO[str] | None:
+        """The log file for the next child; none when it cannot be written (the job
+        does not depend on its log)."""
+        if self.log is None:
+            return None
+        try:
+            self.log.parent.mkdir(parents=True, exist_ok=True)
+            log = open(self.log, self._log_mode, encoding="utf-8", errors="replace")  # noqa: SIM115 (closed by pump_output)
+        except OSError:
+            return None
+        self._log_mode = "a"
+        return log
 
-def _pump(proc: subprocess.Popen, tail: deque[str],
-          on_output: Callable[[str], None] | None) -> None:
-    assert proc.stdout is not None
-    with proc.stdout:
-        for raw in proc.stdout:
+
+def pump_output(stream: IO[bytes], log: IO[str] | None, tail: deque[str],
+                on_output: Callable[[str], None] | None) -> None:
+    """Every line a child prints, to its end: into `log` (flushed, so it can be read
+    while the child runs), its `tail`, and `on_output`. Closes `stream` and `log`."""
+    with stream, log if log is not None else contextlib.nullcontext():
+        for raw in stream:
             line = raw.decode("utf-8", errors="replace").rstrip("\n")
+            if log is not None:
+                log.write(line + "\n")
+                log.flush()
             tail.append(line)
             if on_output is not None:
                 on_output(line)
@@ -140,12 +181,13 @@ def died_text(code: int, tail: Sequence[str]) -> tuple[str, str]:
 def run_child(children: ChildProcesses, command: Callable[[int], list[str]],
               request: dict[str, Any], env: dict[str, str],
               on_message: Callable[[dict[str, Any]], R | None], what: str,
-              failed: Callable[[str, str], R]) -> R:
+              failed: Callable[[str, str], R],
+              on_output: Callable[[str], None] | None = None) -> R:
     """The child's result, or `failed(error_type, message)` when it gives none: it could
     not start ("FailedToStart"), was cancelled ("Cancelled") or died ("ChildDied");
     `what` starts the message ("The model check")."""
     try:
-        ended = children.run(command, request, env, on_message)
+        ended = children.run(command, request, env, on_message, on_output)
     except OSError as error:
         return failed("FailedToStart", f"{what} could not start: {error}")
     if ended is not None and ended.result is not None:
@@ -172,5 +214,5 @@ def cancel_on_interrupt(cancel: Callable[[], None], what: str) -> Callable[[], b
     return lambda: seen[0]
 
 
-__all__ = ["OUTPUT_TAIL_LINES", "ChildExit", "ChildProcesses", "cancel_on_interrupt",
-           "died_text", "run_child"]
+__all__ = ["LOG_DIR_ENV", "OUTPUT_TAIL_LINES", "ChildExit", "ChildProcesses",
+           "cancel_on_interrupt", "command_log", "died_text", "pump_output", "run_child"]

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from mgpu_gui.core.children.inspector import file_inspector
 from mgpu_gui.core.children.launch import Child, module_command
+from mgpu_gui.core.children.runner import pump_output
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.devices.nvml import GpuInventory, query_inventory
 from mgpu_gui.core.devices.plan import DevicePlan, plan_devices
@@ -70,6 +71,7 @@ class RunOutcome:
     traceback: str = ""
     exit_code: int | None = None
     events: list[Event] = field(default_factory=list)
+    resumable: bool = False  # the run folder's backup allows a resume (ResumePoint)
 
 
 def prepare_run(config: RunConfig, inventory: GpuInventory | None = None,
@@ -123,8 +125,11 @@ def prepare_resume(run_folder: Path, inventory: GpuInventory | None = None,
     The worker continues from the run's backup: the last complete epoch.
     """
     run_dir = RunDir(run_folder.absolute())
-    if not run_dir.config_json.exists():
+    point = run_dir.resume_point()
+    if point.exists and not run_dir.config_json.exists():
         raise UserError(f"{run_folder} is not a run folder (it has no config.json).")
+    if not point.exists:
+        raise UserError(point.refusal())
     lock = RunLock.acquire(run_dir.path)  # refuses a run that is still running
     try:
         config = run_dir.read_config()
@@ -138,6 +143,8 @@ def prepare_resume(run_folder: Path, inventory: GpuInventory | None = None,
                 f"The run in {run_dir.path} already {ended.value.replace('_', ' ')} "
                 f"({run_dir.backup_epoch()} of {config.epochs} epochs); there is nothing to "
                 f"resume. Export its model, or start a new run.")
+        if not point.resumable:
+            raise UserError(point.refusal())
         inventory = inventory if inventory is not None else query_inventory()
         plan = _plan(config, inventory, store, allow_busy)
         preflight.check(config, plan.replicas, file_inspector())
@@ -267,10 +274,20 @@ class WorkerProcess:
     def outcome(self) -> RunOutcome:
         """After the worker ended: its final status, or why it died (recorded in the store)."""
         if self._outcome is None:
-            self._outcome = self._find_outcome()
+            outcome = self._find_outcome()
+            point = self.run.run_dir.resume_point()
+            # A cluster's other workers keep no backup: the chief's decides. A failure
+            # whose cause a resume meets again (bad data, NaN loss) offers none either.
+            failed = [e for e in outcome.events if isinstance(e, RunFailed)]
+            outcome.resumable = ((point.resumable or self.run.temporary)
+                                 and all(e.resumable for e in failed))
             if self._recorder is not None:
-                self._recorder.finish(self._outcome.status, self._outcome.message)
+                if point.exists:
+                    self._recorder.finish(outcome.status, outcome.message)
+                else:  # a run refused during setup leaves no folder, and no row
+                    self._recorder.discard()
                 self._recorder = None
+            self._outcome = outcome
         return self._outcome
 
     def _find_outcome(self) -> RunOutcome:
@@ -291,32 +308,23 @@ class WorkerProcess:
         how = f"was killed by {_signal_name(-code)}" if code < 0 else f"exited with code {code}"
         said = [line for line in self.output_tail if not is_startup_noise(line)]
         tail = "\n".join(said[-MESSAGE_TAIL_LINES:]) or "(nothing besides TensorFlow's start-up)"
-        done = self.run.run_dir.backup_epoch()
         if self.run.temporary:
             kept = "The chief's run folder keeps the completed epochs."
-        elif done:
-            kept = (f"{done} completed epoch{' is' if done == 1 else 's are'} kept in "
-                    f"{self.run.run_dir.path}; resuming continues at epoch {done + 1}.")
         else:
-            kept = f"No epoch had completed; its folder {self.run.run_dir.path} is kept."
+            kept = self.run.run_dir.resume_point().kept()
         return RunOutcome(
             RunStatus.FAILED,
             f"The training process {how} without reporting an error (a crash, or killed "
-            f"for lack of memory). {kept} Last output lines:\n{tail}",
+            f"for lack of memory). {kept} Its full output is in "
+            f"{self.run.run_dir.worker_log}. Last output lines:\n{tail}",
             exit_code=code, events=self.events_seen,
         )
 
     def _pump_output(self) -> None:
+        """The worker's output goes to worker.log (appended by every attempt of the run)."""
         assert self._proc is not None and self._proc.stdout is not None
-        log_path: Path = self.run.run_dir.worker_log
-        with self._proc.stdout, open(log_path, "a", encoding="utf-8", errors="replace") as log:
-            for raw in self._proc.stdout:
-                line = raw.decode("utf-8", errors="replace").rstrip("\n")
-                log.write(line + "\n")
-                log.flush()
-                self.output_tail.append(line)
-                if self.on_output is not None:
-                    self.on_output(line)
+        log = open(self.run.run_dir.worker_log, "a", encoding="utf-8", errors="replace")  # noqa: SIM115 (closed by pump_output)
+        pump_output(self._proc.stdout, log, self.output_tail, self.on_output)
 
 
 def _signal_name(number: int) -> str:

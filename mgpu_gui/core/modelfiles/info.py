@@ -21,6 +21,15 @@ _ACTIVATION_LAYERS = {"Activation": None, "Softmax": "softmax", "ReLU": "relu"}
 
 
 @dataclass(frozen=True)
+class ModelInput:
+    """One input of a model: its name and shape without the batch dimension (None: the
+    file does not say)."""
+
+    name: str
+    shape: tuple[int | None, ...] | None = None
+
+
+@dataclass(frozen=True)
 class ModelFileInfo:
     """What a model file holds, as far as can be seen without loading it.
 
@@ -31,6 +40,8 @@ class ModelFileInfo:
     `wrapper` describes a legacy multi-GPU wrapper (towers of slicing Lambdas
     around one nested template); such a file is unwrapped, never run. `compile`
     is how a compiled file was compiled (None: not compiled, or not readable).
+    `inputs` lists every input (a multi-input model's too); `builder` is the
+    function a `.py` file builds the model with.
     """
 
     path: Path
@@ -49,6 +60,43 @@ class ModelFileInfo:
     # A trained file holds its optimizer's slots (None: could not tell, or a .py file).
     optimizer_state: bool | None = None
     compile: CompileFacts | None = None
+    inputs: tuple[ModelInput, ...] = ()
+    builder: str | None = None
+
+
+_FORMAT_NAMES = {"keras": "Keras model (.keras)", "h5": "Keras model (legacy HDF5 .h5)"}
+
+
+def describe(info: ModelFileInfo) -> list[str]:
+    """What `mgpu-train inspect` says about a file: what it is, its inputs and output,
+    compiled or not, wrapped or not; a `.py` builder says what it builds with, and when."""
+    name = info.path.name
+    if info.format == "py":
+        builder = (f"{info.builder}(input_shape, num_classes)" if info.builder
+                   else "its builder function")
+        return [f"{name}: a model builder file (Python): {builder} builds the model when a "
+                f"run starts, for the data's input shape and classes.",
+                "  Nothing in it ran: inspect reads it without running it. To see the model "
+                "it builds: “Show summary” in the app, or --summary when training."]
+    saved = f", saved by Keras {info.keras_version}" if info.keras_version else ""
+    lines = [f"{name}: {_FORMAT_NAMES[info.format]}, {info.class_name or 'model'} "
+             f"'{info.name or '?'}'{saved}"]
+    if len(info.inputs) > 1:
+        lines.append(f"  {len(info.inputs)} inputs: " + ", ".join(
+            f"{i.name} {_shape_text(i.shape)}" for i in info.inputs))
+        lines.append("  (the data gives one input array: runs here train single-input "
+                     "models only)")
+    elif info.input_shape is not None:
+        lines.append(f"  input shape: {info.input_shape}")
+    if info.output_units is not None:
+        lines.append(f"  output: {info.output_units} units, activation "
+                     f"{info.output_activation}")
+    lines.append(f"  compiled: {'yes, loss ' + str(info.loss) if info.compiled else 'no'}")
+    return lines
+
+
+def _shape_text(shape: tuple[int | None, ...] | None) -> str:
+    return str(shape) if shape is not None else "(shape not saved)"
 
 
 def lambda_refused(info: ModelFileInfo, names: str | None = None) -> str:
@@ -77,7 +125,7 @@ def info_from_config(
         output_units=units, output_activation=activation,
         compiled=compiled, loss=loss,
         has_lambda=bool(lambdas), keras_version=keras_version, lambda_layers=lambdas,
-        wrapper=find_wrapper(config), compile=compile,
+        wrapper=find_wrapper(config), compile=compile, inputs=_inputs_of(config),
     )
 
 
@@ -121,6 +169,24 @@ def _input_shape_of(model_config: dict[str, Any]) -> tuple[int | None, ...] | No
                 d is None or isinstance(d, int) for d in shape):
             return tuple(shape[1:])
     return None
+
+
+def _inputs_of(model_config: dict[str, Any]) -> tuple[ModelInput, ...]:
+    """Every input of a Functional model, by its input layer; a Sequential's one."""
+    endpoints = _endpoints(model_config, "input_layers")
+    if endpoints is None or len(endpoints) == 1:
+        shape = _input_shape_of(model_config)
+        name = str(endpoints[0][0]) if endpoints else "input"
+        return (ModelInput(name, shape),)
+    inputs = []
+    for endpoint in endpoints:
+        layer = _by_name(model_config, endpoint[0]) or {}
+        cfg = layer.get("config") if isinstance(layer.get("config"), dict) else {}
+        shape = cfg.get("batch_shape") or cfg.get("batch_input_shape")
+        valid = isinstance(shape, list) and shape and all(
+            d is None or isinstance(d, int) for d in shape)
+        inputs.append(ModelInput(str(endpoint[0]), tuple(shape[1:]) if valid else None))
+    return tuple(inputs)
 
 
 def _output_of(model_config: dict[str, Any]) -> tuple[int | None, str | None]:

@@ -161,7 +161,7 @@ def _inspect_py(path: Path) -> ModelFileInfo:
             f"{path.name} defines no top-level build_model() function. Add "
             "`def build_model(input_shape, num_classes):` returning an uncompiled keras.Model."
         )
-    return ModelFileInfo(path=path, format="py", name=path.stem)
+    return ModelFileInfo(path=path, format="py", name=path.stem, builder="build_model")
 
 
 def _top_level_names(tree: ast.Module) -> set[str]:

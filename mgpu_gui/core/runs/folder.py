@@ -30,6 +30,45 @@ EXPORT_NAMES = {"keras": "model.keras", "h5": "model.h5", "savedmodel": "model_s
 
 
 @dataclass(frozen=True)
+class ResumePoint:
+    """Whether a run can be resumed, and from which epoch, as its folder says.
+
+    The one answer to "resumable?": failure and stop messages, the resume hint and
+    `resume` itself all ask it, so none promises a backup another denies.
+    """
+
+    folder: Path
+    exists: bool
+    epochs_done: int  # complete epochs in the backup
+
+    @property
+    def resumable(self) -> bool:
+        return self.exists and self.epochs_done > 0
+
+    def kept(self) -> str:
+        """What a failed or stopped run keeps, in one sentence."""
+        if not self.exists:
+            return f"Its run folder {self.folder} was deleted, so there is nothing to resume."
+        done = self.epochs_done
+        if not done:
+            return "No epoch was completed, so there is no backup to resume from."
+        return (f"The backup of the {done} completed epoch{'s' if done != 1 else ''} is kept "
+                f"in {self.folder / 'backup'}; a resume continues with epoch {done + 1}.")
+
+    def refusal(self) -> str | None:
+        """Why a resume cannot go on (None: it can)."""
+        if not self.exists:
+            return (f"The run folder {self.folder} was deleted: there is nothing to resume. "
+                    f"Remove the run from the history with `mgpu-train runs --prune` (Delete "
+                    f"in the app's Runs tab).")
+        if not self.epochs_done:
+            return (f"No epoch of the run in {self.folder} was completed, so there is no "
+                    f"backup to resume from. Train it again as a new run: mgpu-train "
+                    f"--config {self.folder / 'config.json'}")
+        return None
+
+
+@dataclass(frozen=True)
 class RunDir:
     path: Path
 
@@ -122,6 +161,9 @@ class RunDir:
         """
         state = read_backup(self.backup)
         return state.epoch if state is not None else 0
+
+    def resume_point(self) -> ResumePoint:
+        return ResumePoint(self.path, self.path.is_dir(), self.backup_epoch())
 
     def has_progress(self) -> bool:
         """True once any epoch finished: such a folder is never deleted on a failure."""

@@ -188,6 +188,13 @@ class RunStore:
 
         retry(remove)
 
+    def prune(self) -> list[RunRecord]:
+        """Forget the runs whose folders are gone (deleted by hand); returns them."""
+        gone = [r for r in self.runs() if not r.folder_exists]
+        for record in gone:
+            self.delete(record.id)
+        return gone
+
     # -- series -------------------------------------------------------------------------------
 
     def series_events(self, run_id: int, *, batches: bool = True,
@@ -252,7 +259,7 @@ class RunStore:
     def reconcile(self) -> list[RunRecord]:
         """Find runs marked running whose worker is gone; replay and mark them.
 
-        Returns the runs that were interrupted (resumable), for the app to offer.
+        Returns the runs that were interrupted and can be resumed, for the app to offer.
         """
         interrupted = []
         for record in self.runs():
@@ -266,12 +273,15 @@ class RunStore:
             if replayed.status is RunState.RUNNING or replayed.status is RunState.STOPPED:
                 # No end recorded by its supervisor: the app or terminal went away, and the
                 # worker ended without it (killed, or stopped because its supervisor was gone).
-                done = replayed.epochs_done
+                point = RunDir(record.run_dir).resume_point()
+                done = point.epochs_done
                 self.set_status(record.id, RunState.INTERRUPTED, (
                     f"Interrupted after {done} of {replayed.epochs} epochs: the app that "
-                    f"supervised it closed before the run ended. Resume to continue at epoch "
-                    f"{done + 1}."))
-                interrupted.append(self.get(record.id))
+                    f"supervised it closed before the run ended. " + (
+                        f"Resume to continue at epoch {done + 1}." if point.resumable
+                        else point.kept())))
+                if point.resumable:
+                    interrupted.append(self.get(record.id))
         return interrupted
 
 
@@ -375,6 +385,12 @@ class RunRecorder:
             return [("UPDATE runs SET status = ?, message = ?, ended = ? WHERE id = ?",
                      (RunState.FAILED.value, event.message, event.t, rid))]
         return []
+
+    def discard(self) -> None:
+        """The run left nothing behind (refused during setup): its row goes too."""
+        self._batches = []
+        self.store.delete(self.run_id)
+        self.close()
 
     def finish(self, status: RunStatus, message: str) -> None:
         """The supervisor's verdict once the worker ended (it may have died silently)."""

@@ -49,8 +49,10 @@ def _nccl_text(tf: TfFacts) -> str:
     return "library not installed" if tf.nccl_kernel else "not available"
 
 
-def format_facts(facts: Facts) -> str:
-    """The facts as `mgpu-train doctor` prints them."""
+def format_facts(facts: Facts, *, verbose: bool = False) -> str:
+    """The facts as `mgpu-train doctor` prints them. TensorFlow's own log lines are left
+    out (unless `verbose`) where there is no GPU for them to explain: without a driver
+    they only repeat it ("failed call to cuInit"), in words that read like an error."""
     nvml, tf = facts.nvml, facts.tf
     lines = ["NVML (the NVIDIA driver)"]
     if nvml.state is NvmlState.OK:
@@ -87,7 +89,7 @@ def format_facts(facts: Facts) -> str:
         "  CUDA_VISIBLE_DEVICES: " + ("not set" if tf.cuda_visible_devices is None
                                       else repr(tf.cuda_visible_devices)),
     ]
-    if tf.messages:
+    if tf.messages and (verbose or nvml.state in (NvmlState.OK, NvmlState.DRIVER_ERROR)):
         lines.append("  TensorFlow said:")
         lines += [f"    {message}" for message in tf.messages]
     return "\n".join(lines)
@@ -102,13 +104,14 @@ def format_findings(findings: list[Finding]) -> str:
     return "\n".join(lines)
 
 
-def report(facts: Facts, findings: list[Finding]) -> str:
+def report(facts: Facts, findings: list[Finding], *, verbose: bool = False) -> str:
     errors = sum(f.severity is Severity.ERROR for f in findings)
     warnings = sum(f.severity is Severity.WARNING for f in findings)
     verdict = ("No problems found." if not errors and not warnings else
                f"{errors} error{'s' if errors != 1 else ''}, {warnings} "
                f"warning{'s' if warnings != 1 else ''}.")
-    return (f"{format_facts(facts)}\n\nFindings\n{format_findings(findings)}\n\n{verdict}")
+    return (f"{format_facts(facts, verbose=verbose)}\n\nFindings\n"
+            f"{format_findings(findings)}\n\n{verdict}")
 
 
 def findings_to_plain(findings: list[Finding]) -> list[dict[str, Any]]:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from mgpu_gui.core.children.launch import Child, module_command
-from mgpu_gui.core.children.runner import ChildProcesses, died_text
+from mgpu_gui.core.children.runner import ChildProcesses, command_log, died_text
 from mgpu_gui.core.events import ExportDone, ExportFailed, LogMessage, parse_event
 
 ExportOutcome = ExportDone | ExportFailed
@@ -78,7 +78,13 @@ class ExportJob:
         self.request = request
         self.on_log = on_log
         self.on_output = on_output
-        self._children = ChildProcesses("export-output")
+        # What the child and its verifier print (TensorFlow's start-up among it).
+        self._children = ChildProcesses("export-output", command_log(request.mode.value))
+
+    @property
+    def log(self) -> Path | None:
+        """The log file of the child's output: named to the user when the job fails."""
+        return self._children.log
 
     def cancel(self) -> None:
         self._children.cancel()

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from mgpu_gui.core.children.launch import Child, module_command
-from mgpu_gui.core.children.runner import ChildProcesses, run_child
+from mgpu_gui.core.children.runner import ChildProcesses, command_log, run_child
 from mgpu_gui.core.events import TfFactsGathered, parse_event
 from mgpu_gui.core.tools.doctor import TfFacts
 
@@ -26,11 +28,20 @@ def tf_facts_command(events_fd: int) -> list[str]:
     return module_command(Child.TF_FACTS, "--events-fd", str(events_fd))
 
 
-class TfFactsJob:
-    """One facts child, run to its end; `cancel()` (any thread) kills it."""
+LOG_NAME = "tensorflow-check"  # command_log(LOG_NAME): what the facts child printed
 
-    def __init__(self) -> None:
-        self._children = ChildProcesses("tf-facts-output")
+
+class TfFactsJob:
+    """One facts child, run to its end; `cancel()` (any thread) kills it. `on_output`
+    gets what it prints (which goes to its log file in any case)."""
+
+    def __init__(self, on_output: Callable[[str], None] | None = None) -> None:
+        self.on_output = on_output
+        self._children = ChildProcesses("tf-facts-output", command_log(LOG_NAME))
+
+    @property
+    def log(self) -> Path | None:
+        return self._children.log
 
     @property
     def cancelled(self) -> bool:
@@ -42,7 +53,7 @@ class TfFactsJob:
     def run(self) -> TfFacts:
         return run_child(self._children, tf_facts_command, {}, {}, _facts,
                          "the TensorFlow check",
-                         lambda _error_type, message: TfFacts(error=message))
+                         lambda _error_type, message: TfFacts(error=message), self.on_output)
 
 
 def _facts(message: dict[str, Any]) -> TfFacts | None:
@@ -53,10 +64,11 @@ def _facts(message: dict[str, Any]) -> TfFacts | None:
         return TfFacts(error=f"the TensorFlow check answered nonsense ({exc})")
 
 
-def ask_tensorflow(timeout_s: float = 180.0) -> TfFacts:
+def ask_tensorflow(timeout_s: float = 180.0,
+                   on_output: Callable[[str], None] | None = None) -> TfFacts:
     """Run the facts child and read its answer (for the CLI). Never raises for what the
     child does; a child still running after `timeout_s` is killed."""
-    job = TfFactsJob()
+    job = TfFactsJob(on_output)
     timer = threading.Timer(timeout_s, job.cancel)
     timer.daemon = True
     timer.start()

@@ -381,7 +381,9 @@ class RunsPanel(QWidget):
         if not record.status.resumable:
             return "Early stopping ended this run: there is nothing to resume"
         if not record.folder_exists:
-            return "Its folder is gone: nothing to resume from"
+            return "Its folder was deleted: nothing to resume; Delete removes the run"
+        if not record.epochs_done:  # as ResumePoint says, read from the store's record
+            return "No epoch was completed: nothing to resume"
         if is_live(record.run_dir):
             return "Its training process is still running"
         return None
