@@ -58,9 +58,8 @@ class NonFiniteLossError(UserError):
 
 
 class OutOfMemoryError(UserError):
-    """The devices ran out of memory. Not resumable: a resume keeps the batch size."""
-
-    resumable = False
+    """The devices ran out of memory. Resumable: memory another process held may be
+    free again, and the completed epochs are worth keeping."""
 
 
 class ModelCodeError(UserError):
@@ -210,7 +209,7 @@ def _out_of_memory(error: BaseException, where: Where) -> OutOfMemoryError:
     else:
         advice = ("The batch per replica is already 1: use a smaller model, or devices with "
                   "more memory.")
-    kept = f" {where.kept(False)}" if where.stage is not Stage.SETUP else ""
+    kept = f" {where.kept()}" if where.stage is not Stage.SETUP else ""
     said = _first_line(getattr(error, "message", None) or str(error))
     return OutOfMemoryError(
         f"Out of memory {when} on {devices}, with a batch of {per} per replica (global batch "

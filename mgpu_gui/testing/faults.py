@@ -13,6 +13,8 @@ Kinds:
 - `error`: raises a RuntimeError, as a bug in the model's own code would.
 - `abort`: `os.abort()`, a hard crash like TensorFlow's own aborts (SIGABRT).
 - `kill`: SIGKILL to the worker itself, as the kernel's OOM killer does.
+- `nan`: sets the first weighted layer's weights to NaN, as a step on NaN data or
+  a diverging learning rate leaves them (data with NaN are refused before a run).
 - `fill_disk`: fills the disk holding the run folder with a file next to it
   (`<output folder>/.mgpu-fault-fill`) until the disk is full, then gives
   back `FILL_RESERVE` bytes, so the worker's small writes (events, logs) still
@@ -49,6 +51,7 @@ class FaultKind(StrEnum):
     ABORT = "abort"
     KILL = "kill"
     FILL_DISK = "fill_disk"
+    NAN = "nan"
 
 
 class FaultSpecError(ValueError):
@@ -116,12 +119,12 @@ def fault_callback(fault: Fault, run_dir_path: Path) -> Any:
 
         def on_train_batch_begin(self, batch, logs=None):
             if (self.epoch + 1, batch + 1) == (fault.epoch, fault.step):
-                inject(fault, run_dir_path)
+                inject(fault, run_dir_path, self.model)
 
     return InjectFault()
 
 
-def inject(fault: Fault, run_dir_path: Path) -> None:
+def inject(fault: Fault, run_dir_path: Path, model: Any = None) -> None:
     where = f"in epoch {fault.epoch} at step {fault.step}"
     print(f"{ENV_VAR}: injecting {fault.kind.value} {where}", file=sys.stderr, flush=True)
     if fault.kind is FaultKind.OOM:
@@ -140,3 +143,9 @@ def inject(fault: Fault, run_dir_path: Path) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
     if fault.kind is FaultKind.FILL_DISK:
         fill_disk(run_dir_path.parent)
+    if fault.kind is FaultKind.NAN:
+        import numpy as np
+
+        layer = next(layer for layer in model.layers if layer.weights)
+        for weight in layer.weights:
+            weight.assign(np.full(weight.shape, np.nan, dtype=weight.dtype))
