@@ -42,6 +42,7 @@ FLAGS = {  # RunConfig fields as the flags a CLI user typed
     "epochs": "--epochs", "learning_rate": "--lr", "optimizer": "--optimizer",
     "devices.replicas": "--replicas", "devices.gpus": "--gpus", "image_size": "--image-size",
     "rescale": "--rescale", "export_formats": "--export", "custom_objects": "--custom-objects",
+    "builder": "--builder",
     "early_stopping.patience": "--es-patience", "reduce_lr.patience": "--rl-patience",
     "reduce_lr.factor": "--rl-factor", "precision": "--precision", "jit_compile": "--xla",
     "lr_scaling.warmup_epochs": "--warmup-epochs",
@@ -75,6 +76,8 @@ def add_train_arguments(p: argparse.ArgumentParser, *, hidden: Collection[str] =
     add = _Flags(hidden, helps)
     add(p, "--config", type=Path, help="a RunConfig JSON file; flags override it")
     add(p, "--model", help=f"a .keras, .h5 or .py file, or '{DEMO}' (default)")
+    add(p, "--builder", help="the function of a .py model file that returns the model "
+        "(default: the first of build_model, create_model, get_model, make_model it defines)")
     add(p, "--data", help=f"an .npz file, an image folder, or '{DEMO}' (default)")
     add(p, "--val-data", dest="validation_data", help="validation .npz or image folder")
     add(p, "--val-split", dest="validation_split", type=float,
@@ -161,7 +164,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     changes = {}
     for name in ("model", "data", "validation_data", "validation_split", "batch_per_replica",
                  "epochs", "optimizer", "learning_rate", "loss", "rescale", "seed",
-                 "output_dir", "run_name", "custom_objects", "precision"):
+                 "output_dir", "run_name", "custom_objects", "precision", "builder"):
         value = getattr(args, name)
         if value is not None:
             changes[name] = value

@@ -49,6 +49,10 @@ class ModelFileInfo:
     # A trained file holds its optimizer's slots (None: could not tell, or a .py file).
     optimizer_state: bool | None = None
     compile: CompileFacts | None = None
+    # A .py file: the first of the usual builder names it defines (None: none), and its
+    # top-level functions (what --builder may name); see inspection.py_builder.
+    builder: str | None = None
+    functions: tuple[str, ...] = ()
 
 
 def lambda_refused(info: ModelFileInfo, names: str | None = None) -> str:

@@ -16,6 +16,7 @@ from mgpu_gui.core.config import DEMO, RunConfig
 from mgpu_gui.core.datasets import fit_check
 from mgpu_gui.core.datasets.inspection import DataInfo, LabelKind
 from mgpu_gui.core.errors import DataError, ModelError, OutputError, UserError
+from mgpu_gui.core.modelfiles.builder import py_builder
 from mgpu_gui.core.modelfiles.info import ModelFileInfo, lambda_refused
 from mgpu_gui.core.runs import checkpoints
 
@@ -45,6 +46,8 @@ def check(config: RunConfig, replicas: int, reader: FileReader,
                         "no longer installs: pip install 'mgpu-gui[tensorboard]', or train "
                         "without --tensorboard.")
     model = None if config.model == DEMO else reader.inspect_model(config.model)
+    if model is not None:
+        check_builder(config, model)
     data = reader.inspect_data(config.data, image_size=config.image_size)
     if config.validation_data is not None:
         reader.inspect_data(config.validation_data, image_size=config.image_size)
@@ -54,6 +57,12 @@ def check(config: RunConfig, replicas: int, reader: FileReader,
     if disk:
         check_output_disk(config, model)
     return model, data
+
+
+def check_builder(config: RunConfig, model: ModelFileInfo) -> None:
+    """Refuse a `.py` model file without the builder function the run would call (pure)."""
+    if model.format == "py":
+        py_builder(model, config.builder)
 
 
 def check_model_fits(config: RunConfig, model: ModelFileInfo, data: DataInfo) -> None:
