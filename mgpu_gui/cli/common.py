@@ -283,6 +283,8 @@ def supervise(run: PreparedRun, args: argparse.Namespace, store: RunStore | None
     reporter = ConsoleReporter(human, quiet=args.quiet, debug=args.debug, summary=args.summary)
     if not args.quiet and run.plan.note:
         print(run.plan.note, file=human)
+    if run.plan.warning:
+        print(f"warning: {run.plan.warning}", file=sys.stderr)
     worker = WorkerProcess(run, on_output=(lambda line: print(line, file=sys.stderr))
                            if args.debug else None, store=store)
     interrupted = _forward_interrupts(worker)
@@ -300,15 +302,17 @@ def supervise(run: PreparedRun, args: argparse.Namespace, store: RunStore | None
 
 
 def _forward_interrupts(worker: WorkerProcess) -> Callable[[], bool]:
-    """First Ctrl-C: stop at the next batch (resumable). Second: kill the worker."""
+    """First Ctrl-C: stop at the next batch (resumable), or at once when no epoch has
+    completed (WorkerProcess.request_stop). Second: kill the worker."""
     count = [0]
 
     def on_interrupt(signum, frame):
         count[0] += 1
         if count[0] == 1:
-            print("\nStopping after the current batch (Ctrl-C again to kill)...",
+            hard = worker.request_stop()
+            print("\nStopping: no epoch has completed, so the training process ends now..."
+                  if hard else "\nStopping after the current batch (Ctrl-C again to kill)...",
                   file=sys.stderr, flush=True)
-            worker.request_stop()
         else:
             worker.kill()
 
@@ -329,7 +333,7 @@ def _report_outcome(outcome: RunOutcome, out: TextIO, debug: bool, interrupted: 
     finished = next(e for e in reversed(outcome.events) if isinstance(e, RunFinished))
     print(finished_line(finished), file=out)
     if outcome.status is RunStatus.STOPPED:
-        if resume:
+        if resume and finished.epochs_done:
             print(resume, file=out)
         return EXIT_STOPPED if interrupted else 0
     return 0
