@@ -64,7 +64,7 @@ def files(tmp_path_factory) -> dict[str, Path]:
         "nobuild": """
             import keras
 
-            def make_model(input_shape, num_classes):
+            def make_net(input_shape, num_classes):
                 return None
             """,
         "returns_none": """
@@ -185,8 +185,13 @@ def test_py_without_build_model(capsys, files, tmp_path):
     out_dir = tmp_path / "runs"
     result = run_in_process(capsys, "--model", files["nobuild"], "--data", files["data"],
                             *TINY, "-o", out_dir)
-    assert_refused(*result, out_dir, "nobuild.py defines no top-level build_model()",
-                   "def build_model(input_shape, num_classes):")
+    assert_refused(*result, out_dir, "nobuild.py defines none of build_model(), "
+                   "create_model(), get_model(), make_model() (its functions: make_net)",
+                   "name it with --builder NAME")
+    result = run_in_process(capsys, "--model", files["nobuild"], "--builder", "make_model",
+                            "--data", files["data"], *TINY, "-o", out_dir)
+    assert_refused(*result, out_dir, "nobuild.py defines no top-level function make_model() "
+                   "(its functions: make_net); check the name given to --builder")
 
 
 def test_keras_model_input_shape_mismatch(capsys, files, models, tmp_path):

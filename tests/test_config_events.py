@@ -35,12 +35,13 @@ def test_config_round_trips_through_json():
         devices=DeviceSelection(kind=DeviceKind.GPU, gpus=("0", "GPU-abc")),
         early_stopping=EarlyStoppingConfig(enabled=True, patience=2),
         lr_scaling=LRScalingConfig(enabled=True, warmup_epochs=2), precision="mixed_float16",
-        jit_compile=True,
+        jit_compile=True, builder="create_model",
     )
     assert RunConfig.from_json(config.to_json()) == config
     # A run folder's config.json from before the speed options still loads.
     old = RunConfig.from_dict({"epochs": 3})
     assert (old.precision, old.jit_compile, old.lr_scaling.enabled) == ("float32", False, False)
+    assert old.builder is None
 
 
 def test_unknown_setting_is_named():
@@ -60,6 +61,8 @@ def test_unknown_setting_is_named():
     ({"devices": DeviceSelection(replicas=0)}, "devices.replicas", "at least 1"),
     ({"devices": DeviceSelection(kind=DeviceKind.CPU, gpus=("0",))}, "devices.gpus", "CPU"),
     ({"precision": "float8"}, "precision", "use one of float32"),
+    ({"builder": "create_model"}, "builder", "only a .py model file"),
+    ({"builder": "net()"}, "builder", "'net()' is not a function name"),
     ({"lr_scaling": LRScalingConfig(enabled=True, warmup_epochs=10)},
      "lr_scaling.warmup_epochs", "leaves no epoch of the 10"),
 ])

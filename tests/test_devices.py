@@ -24,7 +24,7 @@ from mgpu_gui.core.devices.nvml import (
     format_inventory,
     query_inventory,
 )
-from mgpu_gui.core.devices.plan import DevicePlan, plan_devices
+from mgpu_gui.core.devices.plan import DevicePlan, cpu_replicas_warning, plan_devices
 from mgpu_gui.core.devices.telemetry import ProcessInfo, take_snapshots
 from mgpu_gui.core.errors import DeviceError
 from mgpu_gui.testing.fake_pynvml import UUID0, UUID1, FakeGpu, GiB, fake_nvml
@@ -286,6 +286,18 @@ def test_cpu_kind_ignores_gpus_that_exist():
         DeviceKind.CPU, 3, {"CUDA_VISIBLE_DEVICES": ""})
     assert plan.note == ""
     assert plan_devices(DeviceSelection(kind=DeviceKind.CPU), NO_DRIVER).replicas == 2
+
+
+def test_more_cpu_replicas_than_cores_are_planned_with_a_warning(monkeypatch):
+    monkeypatch.setattr("mgpu_gui.core.devices.plan.usable_cores", lambda: 2)
+    assert plan_devices(DeviceSelection(kind=DeviceKind.CPU, replicas=2), NO_DRIVER).warning == ""
+    plan = plan_devices(DeviceSelection(kind=DeviceKind.CPU, replicas=64), NO_DRIVER)
+    assert plan.warning.startswith("64 CPU replicas on 2 cores: the replicas take turns on "
+                                   "the cores (no speed-up beyond 2)")
+    assert "Use at most 2" in plan.warning
+    assert DevicePlan.from_json(plan.to_json()) == plan
+    assert DevicePlan.from_json('{"kind": "cpu", "replicas": 1}').warning == ""  # older runs
+    assert cpu_replicas_warning(3, cores=1).startswith("3 CPU replicas on 1 core:")
 
 
 def error(selection: DeviceSelection, inv: GpuInventory) -> str:

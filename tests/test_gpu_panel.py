@@ -9,7 +9,7 @@ import pytest
 from PySide6.QtWidgets import QWidget
 
 from mgpu_gui.core.config import DeviceKind, DeviceSelection
-from mgpu_gui.core.devices.nvml import NA, NvmlSession, NvmlState, query_inventory
+from mgpu_gui.core.devices.nvml import NA, GpuInventory, NvmlSession, NvmlState, query_inventory
 from mgpu_gui.core.devices.plan import plan_devices
 from mgpu_gui.core.devices.telemetry import take_snapshots
 from mgpu_gui.gui.panels.gpus import GpuPanel
@@ -151,6 +151,19 @@ def test_no_driver_shows_the_reason_and_cpu_replicas(qtbot):
     assert plan_devices(panel.device_selection(), inventory).replicas == 4
     panel.set_enabled_for_run(False)
     assert not panel.cpu_replicas.isEnabled()
+
+
+def test_more_cpu_replicas_than_cores_warns_with_the_core_count(qtbot, monkeypatch):
+    monkeypatch.setattr("mgpu_gui.gui.panels.gpus.usable_cores", lambda: 2)
+    panel = GpuPanel(GpuInventory(NvmlState.NO_DRIVER))
+    qtbot.addWidget(panel)
+    panel.show()
+    assert not panel.cpu_warning.isVisible()
+    panel.cpu_replicas.setValue(64)
+    assert panel.cpu_warning.isVisible()
+    assert panel.cpu_warning.text().startswith("⚠ 64 CPU replicas on 2 cores")
+    panel.cpu_replicas.setValue(2)
+    assert not panel.cpu_warning.isVisible()
 
 
 def test_before_the_gpus_are_listed(qtbot, session):

@@ -100,7 +100,7 @@ def test_a_dead_worker_suggests_a_resume_only_with_a_backup(monkeypatch, tmp_pat
 
 
 @pytest.mark.parametrize("done, words, resumable", [
-    (0, "Stopped before the first epoch completed; nothing to resume.", False),
+    (0, "Stopped before the first epoch; nothing to resume.", False),
     (2, "Stopped after 2 complete epoch(s). Stopped by request. The run can be resumed "
         "from its backup.", True),
 ])

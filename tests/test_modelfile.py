@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from mgpu_gui.core.errors import ModelError
+from mgpu_gui.core.modelfiles.builder import py_builder
 from mgpu_gui.core.modelfiles.inspection import inspect_model_file
 
 
@@ -116,16 +117,44 @@ def test_py_file_is_parsed_not_run(tmp_path):
     assert (info.format, info.name, info.compiled) == ("py", "net", False)
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("import keras\n\ndef build_model(:\n    pass\n", r"net\.py, line 3: syntax error"),
-    ("def make():\n    pass\n", r"no top-level build_model\(\)"),
-    ("def outer():\n    def build_model():\n        pass\n", r"no top-level build_model"),
+def test_bad_py_file(tmp_path):
+    path = tmp_path / "net.py"
+    path.write_text("import keras\n\ndef build_model(:\n    pass\n")
+    with pytest.raises(ModelError, match=r"net\.py, line 3: syntax error"):
+        inspect_model_file(path)
+
+
+@pytest.mark.parametrize(("text", "requested", "expected"), [
+    ("def create_model():\n    pass\n", None, "create_model"),
+    ("def make_model():\n    pass\ndef get_model():\n    pass\n", None, "get_model"),
+    ("from nets import build_model\ndef create_model():\n    pass\n", None, "build_model"),
+    ("def create_model():\n    pass\ndef net(n=1):\n    pass\n", "net", "net"),
 ])
-def test_bad_py_files(tmp_path, text, expected):
+def test_py_builder_names(tmp_path, text, requested, expected):
+    """The classic notebooks' create_model(), get_model() or make_model() build the model
+    when build_model() is missing (in that order), or the function --builder names."""
     path = tmp_path / "net.py"
     path.write_text(text)
-    with pytest.raises(ModelError, match=expected):
-        inspect_model_file(path)
+    assert py_builder(inspect_model_file(path), requested) == expected
+
+
+@pytest.mark.parametrize(("text", "requested", "expected"), [
+    ("import keras\ndef make():\n    pass\nclass Net:\n    pass\ndef net():\n    pass\n",
+     None, "net.py defines none of build_model(), create_model(), get_model(), make_model() "
+     "(its functions: make, net). Give the function that returns the model one of these "
+     "names, or name it with --builder NAME."),
+    ("def outer():\n    def build_model():\n        pass\n", None, "(its functions: outer)"),
+    ("x = 1\n", None, "(it defines no top-level function)"),
+    ("def create_model():\n    pass\n", "net",
+     "net.py defines no top-level function net() (its functions: create_model); check the "
+     "name given to --builder."),
+])
+def test_py_without_builder(tmp_path, text, requested, expected):
+    path = tmp_path / "net.py"
+    path.write_text(text)
+    with pytest.raises(ModelError) as error:
+        py_builder(inspect_model_file(path), requested)
+    assert expected in str(error.value)
 
 
 def test_missing_file_and_unknown_suffix(tmp_path):

@@ -147,12 +147,26 @@ def test_py_build_model(strategy, tmp_path, signature):
     ("def build_model():\n    return 'a model'\n", r"returned a builtins.str, not a keras.Model"),
     ("def build_model(depth):\n    pass\n", r"requires depth"),
     ("def build_model(:\n", r"net.py, line 3: syntax error"),
-    ("def make():\n    pass\n", r"no top-level build_model"),
+    ("def make():\n    pass\n", r"defines none of build_model\(\), create_model\(\)"),
     ("1 / 0\n\ndef build_model():\n    pass\n", r"failed on import at line 3: ZeroDivisionError"),
 ])
 def test_py_build_model_errors(strategy, tmp_path, body, expected):
     with pytest.raises(ModelError, match=expected):
         _load(strategy, _write_py(tmp_path, body))
+
+
+@pytest.mark.parametrize(("body", "builder", "called"), [
+    ("def create_model():\n", None, "create_model() (found by its name)"),
+    ("def create_model():\n    raise AssertionError\ndef net():\n", "net",
+     "net() (named by --builder)"),
+])
+def test_py_builder_by_another_name(strategy, tmp_path, body, builder, called):
+    """The classic notebooks' create_model(), or any function --builder names; the log
+    says which one built the model."""
+    body += "    return keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])\n"
+    model, log = _load(strategy, _write_py(tmp_path, body), builder=builder)
+    assert _is_mirrored(model) and model.output_shape == (None, 3)
+    assert f"with net.py: {called}" in log
 
 
 def test_lambda_refused_without_permission_and_loaded_with_it(strategy, files):

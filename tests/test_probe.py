@@ -19,7 +19,7 @@ import keras
 
 print("chatty user code: this line must not break the probe")
 
-def build_model(input_shape, num_classes):
+def create_model(input_shape, num_classes):  # the classic notebooks' name
     return keras.Sequential([keras.Input(input_shape), keras.layers.Flatten(),
                              keras.layers.Dense(num_classes, activation="softmax")])
 """
@@ -78,7 +78,8 @@ def test_probe_builds_a_py_model(tmp_path: Path):
     assert result.input_shape == [8, 8, 1]
     assert result.output_units == 10
     assert "Total params" in result.summary
-    assert any("built 'sequential" in line for line in result.log)
+    assert result.builder == "create_model"
+    assert any("built 'sequential" in line and "create_model(" in line for line in result.log)
     assert any("chatty user code" in line for line in printed)
 
 

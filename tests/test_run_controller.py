@@ -3,11 +3,14 @@ the GUI thread; stop and failures."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig
 from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.events import BatchEnd, EpochEnd, RunFinished, RunStarted, RunStatus
+from mgpu_gui.core.eventtext import NOTHING_TO_RESUME, finished_line
 from mgpu_gui.core.runs.folder import create_run_dir
 from mgpu_gui.core.runs.lock import is_live
 from mgpu_gui.core.runs.store import RunState as StoreState
@@ -57,6 +60,26 @@ def test_stop_mid_run_then_start_again(qtbot, tmp_path):
         record = store.get(run.run_id)
         assert record.status is StoreState.STOPPED and record.run_dir == run.run_dir.path
         assert not is_live(run.run_dir.path)
+
+
+def test_stop_while_64_cpu_replicas_build_their_first_step_ends_within_5_s(qtbot, tmp_path):
+    """The Stop button as Ctrl-C in the CLI: no epoch to keep, so the worker ends at once
+    and the run ends stopped with nothing to resume (not as a crash)."""
+    with RunStore() as store:
+        controller = RunController(store=store)
+        asked = []
+        controller.event.connect(lambda e: isinstance(e, RunStarted) and (
+            asked.append(time.monotonic()), controller.stop()))
+        with qtbot.waitSignal(controller.finished, timeout=120_000) as done:
+            controller.start(demo(tmp_path, batch_per_replica=1, epochs=1,
+                                  devices=DeviceSelection(kind=DeviceKind.CPU, replicas=64)))
+        assert time.monotonic() - asked[0] < 5
+        outcome = done.args[0]
+        assert outcome.status is RunStatus.STOPPED and "crash" not in outcome.message
+        finished = outcome.events[-1]
+        assert isinstance(finished, RunFinished) and finished_line(finished) == NOTHING_TO_RESUME
+        (record,) = store.runs()
+        assert (record.status, record.epochs_done) == (StoreState.STOPPED, 0)
 
 
 def refusal(qtbot, controller: RunController, start):

@@ -271,7 +271,7 @@ def test_py_model_is_probed_in_background(panel, qtbot, tmp_path):
         panel.set_model_path(builder)
         qtbot.waitUntil(lambda: "Building model" in panel.model_status.text(), timeout=2000)
     assert "Total params" in signal.args[0] or "params" in signal.args[0].lower()
-    assert "650 parameters" in panel.model_status.text()  # 64 * 10 + 10
+    assert "build_model(): 650 params" in panel.model_status.text()  # 64 * 10 + 10
     assert panel.is_valid()
 
 

@@ -92,6 +92,8 @@ def test_messages_and_hints_that_come_and_go_move_no_field(panel, tmp_path):
     panel.model_status.setText("Building model…")
     panel.model_status.setText("388,170 parameters · input 224×224×3 · 1000 outputs")
     unchanged("the model's facts arrive")
+    panel.model_status.setText("create_model(): 388,170 params · input 224×224×3")
+    unchanged("a .py builder's facts arrive")
 
 
 def test_a_problem_in_a_closed_section_shows_in_its_header(panel, tmp_path):

@@ -49,6 +49,21 @@ def test_a_failed_read_is_kept_too_and_known_problems_skip_reads(tmp_path, reads
     assert reads == {"data": 1, "model": 1}
 
 
+def test_a_py_file_without_a_builder_is_a_model_problem(tmp_path, reads):
+    """Shown on the model field whatever the data; the file is read once (the builder
+    choice is decided from what was read)."""
+    path = tmp_path / "net.py"
+    path.write_text("def net(input_shape):\n    pass\n")
+    checker = SetupChecker()
+    config = RunConfig(model=str(path), data=str(tmp_path / "gone.npz"),
+                       output_dir=str(tmp_path))
+    found = checker.check(config, 1, {})
+    assert "defines none of build_model(), create_model()" in found.problems["model"]
+    assert "(its functions: net)" in found.problems["model"]
+    assert "model" not in checker.check(config.replace(builder="net"), 1, {}).problems
+    assert reads["model"] == 1
+
+
 def test_no_qt_and_no_tensorflow():
     code = ("import sys, mgpu_gui.gui.jobs.setup_check; "
             "print(sorted(m for m in ('PySide6', 'tensorflow', 'keras') if m in sys.modules))")

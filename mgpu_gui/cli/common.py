@@ -42,6 +42,7 @@ FLAGS = {  # RunConfig fields as the flags a CLI user typed
     "epochs": "--epochs", "learning_rate": "--lr", "optimizer": "--optimizer",
     "devices.replicas": "--replicas", "devices.gpus": "--gpus", "image_size": "--image-size",
     "rescale": "--rescale", "export_formats": "--export", "custom_objects": "--custom-objects",
+    "builder": "--builder",
     "early_stopping.patience": "--es-patience", "reduce_lr.patience": "--rl-patience",
     "reduce_lr.factor": "--rl-factor", "precision": "--precision", "jit_compile": "--xla",
     "lr_scaling.warmup_epochs": "--warmup-epochs",
@@ -75,6 +76,8 @@ def add_train_arguments(p: argparse.ArgumentParser, *, hidden: Collection[str] =
     add = _Flags(hidden, helps)
     add(p, "--config", type=Path, help="a RunConfig JSON file; flags override it")
     add(p, "--model", help=f"a .keras, .h5 or .py file, or '{DEMO}' (default)")
+    add(p, "--builder", help="the function of a .py model file that returns the model "
+        "(default: the first of build_model, create_model, get_model, make_model it defines)")
     add(p, "--data", help=f"an .npz file, an image folder, or '{DEMO}' (default)")
     add(p, "--val-data", dest="validation_data", help="validation .npz or image folder")
     add(p, "--val-split", dest="validation_split", type=float,
@@ -161,7 +164,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     changes = {}
     for name in ("model", "data", "validation_data", "validation_split", "batch_per_replica",
                  "epochs", "optimizer", "learning_rate", "loss", "rescale", "seed",
-                 "output_dir", "run_name", "custom_objects", "precision"):
+                 "output_dir", "run_name", "custom_objects", "precision", "builder"):
         value = getattr(args, name)
         if value is not None:
             changes[name] = value
@@ -281,6 +284,8 @@ def supervise(run: PreparedRun, args: argparse.Namespace, store: RunStore | None
     reporter = ConsoleReporter(human, quiet=args.quiet, debug=args.debug, summary=args.summary)
     if not args.quiet and run.plan.note:
         print(run.plan.note, file=human)
+    if run.plan.warning:
+        print(f"warning: {run.plan.warning}", file=sys.stderr)
     worker = WorkerProcess(run, on_output=(lambda line: print(line, file=sys.stderr))
                            if args.debug else None, store=store)
     interrupted = _forward_interrupts(worker)
@@ -298,15 +303,17 @@ def supervise(run: PreparedRun, args: argparse.Namespace, store: RunStore | None
 
 
 def _forward_interrupts(worker: WorkerProcess) -> Callable[[], bool]:
-    """First Ctrl-C: stop at the next batch (resumable). Second: kill the worker."""
+    """First Ctrl-C: stop at the next batch (resumable), or at once when no epoch has
+    completed (WorkerProcess.request_stop). Second: kill the worker."""
     count = [0]
 
     def on_interrupt(signum, frame):
         count[0] += 1
         if count[0] == 1:
-            print("\nStopping after the current batch (Ctrl-C again to kill)...",
+            hard = worker.request_stop()
+            print("\nStopping: no epoch has completed, so the training process ends now..."
+                  if hard else "\nStopping after the current batch (Ctrl-C again to kill)...",
                   file=sys.stderr, flush=True)
-            worker.request_stop()
         else:
             worker.kill()
 

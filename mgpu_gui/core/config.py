@@ -84,6 +84,7 @@ class RunConfig:
     validation_split: float = 0.1
     allow_unsafe_code: bool = False
     custom_objects: str | None = None  # a .py whose `custom_objects` dict names custom layers
+    builder: str | None = None  # a .py model's builder function; None: the usual names
     devices: DeviceSelection = field(default_factory=DeviceSelection)
     batch_per_replica: int = 64
     epochs: int = 10
@@ -154,6 +155,11 @@ class RunConfig:
             if not path.is_file() or path.suffix != ".py":
                 found.append(("custom_objects", f"{path} is not a .py file; give the file that "
                               "defines the `custom_objects` dict"))
+        if self.builder is not None and not (
+                self.builder.isidentifier() and self.model.lower().endswith(".py")):
+            found.append(("builder", f"{self.builder!r} is not a function name"
+                          if not self.builder.isidentifier() else
+                          "only a .py model file has a builder function"))
         found += _data_problems("data", self.data)
         if self.validation_data is not None:
             found += _data_problems("validation_data", self.validation_data)

@@ -290,6 +290,7 @@ class ModelProbed(Event):
     input_shape: list[int | None]  # without the batch axis
     output_units: int | None
     log: list[str] = field(default_factory=list)  # what loading the model said
+    builder: str = ""  # the function of a .py model file that built it
 
 
 @dataclass(frozen=True)

@@ -66,11 +66,14 @@ def started_lines(e: RunStarted) -> list[str]:
     ]
 
 
+NOTHING_TO_RESUME = "Stopped before the first epoch; nothing to resume."
+
+
 def finished_line(event: RunFinished) -> str:
     if event.status is RunStatus.STOPPED:
         # The backup holds exactly the complete epochs (ResumePoint reads the same count).
         if not event.epochs_done:
-            return "Stopped before the first epoch completed; nothing to resume."
+            return NOTHING_TO_RESUME
         return (f"Stopped after {event.epochs_done} complete epoch(s). {event.message} "
                 f"The run can be resumed from its backup.")
     done = "Finished early (early stopping)" if event.status is RunStatus.EARLY_STOPPED else (

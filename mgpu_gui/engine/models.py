@@ -32,6 +32,7 @@ import tensorflow as tf
 from mgpu_gui.core.config import DEMO, RunConfig
 from mgpu_gui.core.datasets import fit_check
 from mgpu_gui.core.errors import ModelError
+from mgpu_gui.core.modelfiles.builder import py_builder
 from mgpu_gui.core.modelfiles.compile_facts import CompileSource
 from mgpu_gui.core.modelfiles.info import ModelFileInfo, lambda_refused
 from mgpu_gui.core.modelfiles.inspection import inspect_model_file, read_h5_training_config
@@ -86,7 +87,7 @@ def load_run_model(
             model = build_demo_model(tuple(input_shape), num_classes)
             log(f"built the demo model for inputs {tuple(input_shape)}, {num_classes} classes")
         elif info.format == "py":
-            model = _build_from_py(info.path, input_shape, num_classes, log)
+            model = _build_from_py(info, config.builder, input_shape, num_classes, log)
         elif info.wrapper is not None:
             model = _unwrap(info, custom_objects, log)
         else:
@@ -190,16 +191,16 @@ def _load_error(info: ModelFileInfo, exc: Exception) -> ModelError:
     return ModelError(f"could not load {info.path.name}: {type(exc).__name__}: {first}")
 
 
-def _build_from_py(path: Path, input_shape: tuple[int, ...], num_classes: int,
-                   log: Log) -> keras.Model:
-
+def _build_from_py(info: ModelFileInfo, requested: str | None, input_shape: tuple[int, ...],
+                   num_classes: int, log: Log) -> keras.Model:
+    path, name = info.path, py_builder(info, requested)
     module = _import_user_file(path)
-    build = getattr(module, "build_model", None)
+    build = getattr(module, name, None)
     if not callable(build):
-        raise ModelError(f"{path.name}: build_model is not a function.")
+        raise ModelError(f"{path.name}: {name} is not a function.")
     offered = {"input_shape": tuple(input_shape), "num_classes": num_classes}
     params = inspect.signature(build).parameters
-    kwargs = {name: value for name, value in offered.items() if name in params}
+    kwargs = {key: value for key, value in offered.items() if key in params}
     missing = [
         p.name for p in params.values()
         if p.default is p.empty and p.name not in kwargs
@@ -207,24 +208,24 @@ def _build_from_py(path: Path, input_shape: tuple[int, ...], num_classes: int,
     ]
     if missing:
         raise ModelError(
-            f"{path.name}: build_model() requires {', '.join(missing)}, which the app cannot "
-            "give; it may take input_shape and num_classes, anything else needs a default."
-        )
+            f"{path.name}: {name}() requires {', '.join(missing)}, which the app cannot "
+            "give; it may take input_shape and num_classes, anything else needs a default.")
     try:
         model = _in_user_dir(path, lambda: build(**kwargs))
     except Exception as exc:
-        raise ModelError(f"{path.name}: build_model() failed{_user_line(exc, path)}: "
+        raise ModelError(f"{path.name}: {name}() failed{_user_line(exc, path)}: "
                          f"{type(exc).__name__}: {exc}") from exc
     if model is None:
-        raise ModelError(f"{path.name}: build_model() returned None; it must return a "
+        raise ModelError(f"{path.name}: {name}() returned None; it must return a "
                          "keras.Model (is `return model` missing?).")
     if not isinstance(model, keras.Model):
         kind = f"{type(model).__module__}.{type(model).__qualname__}"
         hint = " (a tf_keras/Keras 2 model: build it with `import keras`, Keras 3)" if (
             kind.startswith("tf_keras")) else ""
-        raise ModelError(f"{path.name}: build_model() returned a {kind}, not a keras.Model{hint}.")
-    log(f"built '{model.name}' with {path.name}: build_model("
-        + ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) + ")")
+        raise ModelError(f"{path.name}: {name}() returned a {kind}, not a keras.Model{hint}.")
+    chosen = "named by --builder" if requested else "found by its name"
+    log(f"built '{model.name}' with {path.name}: {name}("
+        + ", ".join(f"{k}={v!r}" for k, v in kwargs.items()) + f") ({chosen})")
     return model
 
 

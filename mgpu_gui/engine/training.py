@@ -273,7 +273,8 @@ def _check_mirrored(model: keras.Model, strategy: tf.distribute.Strategy, log) -
         raise ModelError(
             f"{len(outside)} of the model's {len(variables)} variables were created outside the "
             f"training strategy ({', '.join(outside[:3])}); they would train on one replica "
-            f"only. Build the model inside build_model() rather than at import time of the .py.")
+            f"only. Build the model inside the builder function (build_model() or the one "
+            "--builder names) rather than at import time of the .py.")
     log(f"All {len(variables)} model variables are mirrored across "
         f"{strategy.num_replicas_in_sync} replicas.")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from mgpu_gui.core.children.supervisor import RunOutcome
 from mgpu_gui.core.events import EpochEnd, RunFinished, RunStarted, RunStatus
+from mgpu_gui.core.eventtext import NOTHING_TO_RESUME
 from mgpu_gui.core.runs.folder import RunDir
 from mgpu_gui.core.runs.queue import QueuedJob, config_summary
 from mgpu_gui.core.runs.store import RunRecord
@@ -29,6 +30,8 @@ def run_end_notice(name: str, status: str, done: int | None, epochs: int | None,
         return Notice(NoticeKind.FAILED, "Run failed",
                       f"{name}" + (f" after {counts}" if counts else "") + f": {first}")
     word = "interrupted" if status == "interrupted" else "stopped"
+    if status == RunStatus.STOPPED and done == 0:
+        return Notice(NoticeKind.INFO, "Run stopped", f"{name}: {NOTHING_TO_RESUME}")
     return Notice(NoticeKind.INFO, f"Run {word}",
                   f"{name}: {counts + ' done; ' if counts else ''}resume it from the Runs tab")
 

@@ -27,6 +27,7 @@ from mgpu_gui.core.devices.plan import DevicePlan, plan_devices
 from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.events import (
     BatchEnd,
+    EpochEnd,
     Event,
     Phase,
     RunFailed,
@@ -42,6 +43,10 @@ from mgpu_gui.core.runs.store import RunRecorder, RunStore
 
 OUTPUT_TAIL_LINES = 40
 MESSAGE_TAIL_LINES = 12
+# A stop before this attempt completed an epoch has nothing to keep: the worker gets this
+# long to end by itself, then is killed. Waiting for a batch boundary could take minutes
+# (the first step of 64 CPU replicas on 2 cores took 60-80 s to build).
+HARD_STOP_GRACE_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -192,6 +197,8 @@ class WorkerProcess:
         self._control = None
         self._events = None
         self._output_thread: threading.Thread | None = None
+        self._hard_stop: threading.Timer | None = None
+        self._killed = False  # by kill(): a stop the user asked for, not a crash
 
     def start(self) -> None:
         events_r, events_w = os.pipe()
@@ -231,29 +238,77 @@ class WorkerProcess:
                 event = parse_event(line)
             except (ValueError, KeyError, TypeError):
                 continue  # a torn line from a dying worker
-            if not isinstance(event, BatchEnd):  # a long run sends millions of those
-                self.events_seen.append(event)
-            if self._recorder is not None:
-                self._recorder.handle(event)
-            yield event
+            yield self._seen(event)
         self._events.close()
+        ended = self._hard_stop_end()
+        if ended is not None:
+            yield ended
         if self._recorder is not None:
             self._recorder.flush()
 
-    def request_stop(self) -> None:
-        """Ask for a stop at the next batch boundary; the backup stays resumable."""
+    def _seen(self, event: Event) -> Event:
+        if not isinstance(event, BatchEnd):  # a long run sends millions of those
+            self.events_seen.append(event)
+        if self._recorder is not None:
+            self._recorder.handle(event)
+        return event
+
+    def request_stop(self) -> bool:
+        """Ask for a stop at the next batch boundary; the backup stays resumable.
+
+        Before this attempt completed an epoch there is nothing to keep, and the next
+        batch boundary may be minutes away (the first step is still being built): then
+        the worker of a one-machine run is killed unless it ends within
+        HARD_STOP_GRACE_S. Returns whether that is so.
+        """
         if self._control is None:
-            return
+            return False
         with contextlib.suppress(BrokenPipeError, ValueError):
             self._control.write("stop\n")
+        # A run of several machines stops at a step the chief agrees with the others:
+        # killing one worker would fail the rest.
+        cluster = self.run.run_dir.cluster_json.exists()
+        if cluster or self._epoch_completed() or self._hard_stop is not None:
+            return self._hard_stop is not None
+        self._hard_stop = threading.Timer(HARD_STOP_GRACE_S, self._stop_hard)
+        self._hard_stop.daemon = True
+        self._hard_stop.start()
+        return True
+
+    def _epoch_completed(self) -> bool:
+        return any(isinstance(e, EpochEnd) for e in self.events_seen)
+
+    def _stop_hard(self) -> None:
+        # An epoch that completed during the grace is kept by the graceful stop under way.
+        if not self._epoch_completed():
+            self.kill()
+
+    def _hard_stop_end(self) -> RunFinished | None:
+        """The RunFinished a worker ended by `kill()` could not send (once), also written
+        to its events.jsonl: the run reads as stopped, not as crashed or interrupted."""
+        if not self._killed or any(
+                isinstance(e, RunFinished | RunFailed) for e in self.events_seen):
+            return None
+        run_dir = self.run.run_dir
+        ended = RunFinished(status=RunStatus.STOPPED, epochs_done=run_dir.backup_epoch(),
+                            message="Stopped by request; the training process was ended at "
+                                    "once (an epoch in progress is not kept).")
+        with contextlib.suppress(OSError):
+            _append_line(run_dir.events_jsonl, ended.to_json())
+        return self._seen(ended)
 
     def kill(self) -> None:
+        """End the worker at once; only ever after a stop request, so the run ends as
+        stopped (at its last complete epoch), not as a crash."""
         if self._proc and self._proc.poll() is None:
+            self._killed = True
             self._proc.kill()
 
     def wait(self, timeout: float | None = None) -> int:
         assert self._proc is not None
         code = self._proc.wait(timeout)
+        if self._hard_stop is not None:
+            self._hard_stop.cancel()
         if self._output_thread is not None:
             self._output_thread.join(timeout=5)
         if self._control is not None:
@@ -294,6 +349,7 @@ class WorkerProcess:
         code = self.wait()
         if self._events is not None:
             self._events.close()  # the caller may have stopped reading early
+        self._hard_stop_end()
         for event in reversed(self.events_seen):
             if isinstance(event, RunFinished):
                 return RunOutcome(event.status, event.message, exit_code=code,
@@ -325,6 +381,17 @@ class WorkerProcess:
         assert self._proc is not None and self._proc.stdout is not None
         log = open(self.run.run_dir.worker_log, "a", encoding="utf-8", errors="replace")  # noqa: SIM115 (closed by pump_output)
         pump_output(self._proc.stdout, log, self.output_tail, self.on_output)
+
+
+def _append_line(path: Path, line: str) -> None:
+    """Append `line` on a line of its own: a killed writer may have left half a line."""
+    with open(path, "ab+") as handle:
+        size = handle.seek(0, os.SEEK_END)
+        torn = False
+        if size:
+            handle.seek(size - 1)
+            torn = handle.read(1) != b"\n"
+        handle.write((("\n" if torn else "") + line + "\n").encode())
 
 
 def _signal_name(number: int) -> str:

@@ -61,7 +61,10 @@ class ModelFileInfo:
     optimizer_state: bool | None = None
     compile: CompileFacts | None = None
     inputs: tuple[ModelInput, ...] = ()
+    # A .py file: the first of the usual builder names it defines (None: none), and its
+    # top-level functions (what --builder may name); see inspection.py_builder.
     builder: str | None = None
+    functions: tuple[str, ...] = ()
 
 
 _FORMAT_NAMES = {"keras": "Keras model (.keras)", "h5": "Keras model (legacy HDF5 .h5)"}
@@ -72,8 +75,12 @@ def describe(info: ModelFileInfo) -> list[str]:
     compiled or not, wrapped or not; a `.py` builder says what it builds with, and when."""
     name = info.path.name
     if info.format == "py":
-        builder = (f"{info.builder}(input_shape, num_classes)" if info.builder
-                   else "its builder function")
+        if info.builder is None:
+            functions = ", ".join(info.functions) or "none"
+            return [f"{name}: a Python file with no builder of the usual names "
+                    f"(build_model, create_model, get_model, make_model; its functions: "
+                    f"{functions}). Name the one that returns the model with --builder NAME."]
+        builder = f"{info.builder}(input_shape, num_classes)"
         return [f"{name}: a model builder file (Python): {builder} builds the model when a "
                 f"run starts, for the data's input shape and classes.",
                 "  Nothing in it ran: inspect reads it without running it. To see the model "

@@ -22,6 +22,7 @@ from typing import Any
 import h5py
 
 from mgpu_gui.core.errors import ModelError
+from mgpu_gui.core.modelfiles.builder import BUILDER_NAMES, BUILDERS_TEXT
 from mgpu_gui.core.modelfiles.compile_facts import compile_facts
 from mgpu_gui.core.modelfiles.info import ModelFileInfo, ModelFormat, info_from_config, loss_name
 from mgpu_gui.core.modelfiles.optimizer_state import has_optimizer_state
@@ -40,7 +41,7 @@ def inspect_model_file(path: str | Path) -> ModelFileInfo:
     if fmt is None:
         raise ModelError(
             f"{path.name} is not a model file: use a .keras or .h5 file saved by Keras, "
-            "or a .py file defining build_model()."
+            f"or a .py file defining {BUILDERS_TEXT}."
         )
     if not path.is_file():
         what = "is a folder" if path.is_dir() else "not found"
@@ -156,12 +157,16 @@ def _inspect_py(path: Path) -> ModelFileInfo:
         raise ModelError(
             f"{path.name}, line {exc.lineno}: syntax error: {exc.msg}. Fix the file and try again."
         ) from exc
-    if "build_model" not in _top_level_names(tree):
-        raise ModelError(
-            f"{path.name} defines no top-level build_model() function. Add "
-            "`def build_model(input_shape, num_classes):` returning an uncompiled keras.Model."
-        )
-    return ModelFileInfo(path=path, format="py", name=path.stem, builder="build_model")
+    names = _top_level_names(tree)
+    return ModelFileInfo(path=path, format="py", name=path.stem,
+                         builder=next((n for n in BUILDER_NAMES if n in names), None),
+                         functions=_functions(tree))
+
+
+def _functions(tree: ast.Module) -> tuple[str, ...]:
+    """The top-level functions, in file order: what --builder may name."""
+    return tuple(node.name for node in tree.body
+                 if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef))
 
 
 def _top_level_names(tree: ast.Module) -> set[str]:

@@ -21,6 +21,7 @@ from mgpu_gui.core.datasets.content import ContentRequest
 from mgpu_gui.core.datasets.inspection import DataInfo, LabelKind
 from mgpu_gui.core.errors import DataError, ModelError, OutputError, UserError
 from mgpu_gui.core.events import DataChecked
+from mgpu_gui.core.modelfiles.builder import py_builder
 from mgpu_gui.core.modelfiles.info import ModelFileInfo, lambda_refused
 from mgpu_gui.core.runs import checkpoints
 
@@ -52,6 +53,8 @@ def check(config: RunConfig, replicas: int, reader: FileReader,
                         "no longer installs: pip install 'mgpu-gui[tensorboard]', or train "
                         "without --tensorboard.")
     model = None if config.model == DEMO else reader.inspect_model(config.model)
+    if model is not None:
+        check_builder(config, model)
     data = reader.inspect_data(config.data, image_size=config.image_size)
     if config.validation_data is not None:
         reader.inspect_data(config.validation_data, image_size=config.image_size)
@@ -101,6 +104,12 @@ def content_request(config: RunConfig, model: ModelFileInfo | None) -> ContentRe
     classifier, why = classifier_of(config, model)
     sources = (config.data,) + ((config.validation_data,) if config.validation_data else ())
     return ContentRequest(sources, classifier, why)
+
+
+def check_builder(config: RunConfig, model: ModelFileInfo) -> None:
+    """Refuse a `.py` model file without the builder function the run would call (pure)."""
+    if model.format == "py":
+        py_builder(model, config.builder)
 
 
 def check_model_fits(config: RunConfig, model: ModelFileInfo, data: DataInfo) -> None:

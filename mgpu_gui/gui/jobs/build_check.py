@@ -26,7 +26,8 @@ from mgpu_gui.gui.jobs.setup_check import file_stamp
 def build_key(config: RunConfig) -> Hashable:
     """The settings that decide what the probe builds."""
     return (config.model, file_stamp(config.model), config.data, config.image_size,
-            config.allow_unsafe_code, config.sync_batchnorm, config.custom_objects)
+            config.allow_unsafe_code, config.sync_batchnorm, config.custom_objects,
+            config.builder)
 
 
 class BuildCheck(QObject):
@@ -91,8 +92,11 @@ class BuildCheck(QObject):
         if isinstance(result, ModelProbed):
             shape = "×".join(str(d) for d in result.input_shape) or "?"
             units = result.output_units
-            self.status.emit(f"{result.params:,} parameters · input {shape}"
-                             + (f" · {units} outputs" if units else ""))
+            if result.builder:  # its outputs are the classes: room for the builder's name
+                self.status.emit(f"{result.builder}(): {result.params:,} params · input {shape}")
+            else:
+                self.status.emit(f"{result.params:,} parameters · input {shape}"
+                                 + (f" · {units} outputs" if units else ""))
             self.summary_ready.emit(result.summary)
         else:
             self.status.emit("The model could not be built:")

@@ -95,6 +95,8 @@ class SetupChecker:
             model, message = self._read_model(config.model)
             if message is not None:
                 problems["model"] = message
+            elif model is not None:
+                problems.update(attempt("model", lambda: preflight.check_builder(config, model)))
         if "data" not in known:
             data, message = self._read_data(config.data, config.image_size)
             if message is not None:

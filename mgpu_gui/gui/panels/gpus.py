@@ -32,7 +32,7 @@ from PySide6.QtWidgets import (
 
 from mgpu_gui.core.config import DeviceKind, DeviceSelection
 from mgpu_gui.core.devices.nvml import GpuInfo, GpuInventory, NvmlState
-from mgpu_gui.core.devices.plan import DEFAULT_CPU_REPLICAS
+from mgpu_gui.core.devices.plan import DEFAULT_CPU_REPLICAS, cpu_replicas_warning, usable_cores
 from mgpu_gui.core.devices.telemetry import HISTORY_WINDOW_S, GpuSnapshot, TelemetryHistory
 from mgpu_gui.core.runs.claims import DeviceUse
 from mgpu_gui.gui.panels.gpu_row import GpuRow, short_name
@@ -40,6 +40,18 @@ from mgpu_gui.gui.panels.gpu_row import GpuRow, short_name
 MAX_CPU_REPLICAS = 64
 SHOWN_GPUS = 2  # rows the panel asks room for; more scroll
 LINES_PER_GPU = 4  # grid lines of one GPU's row
+
+
+def _warning_label(name: str, parent: QWidget) -> QLabel:
+    """A hidden warning box; shown while it has something to say."""
+    label = QLabel(parent)
+    label.setWordWrap(True)
+    label.setTextFormat(Qt.TextFormat.PlainText)
+    label.setAccessibleName(name)
+    label.setStyleSheet("QLabel { background: #fff8c5; color: #4d2d00; "
+                        "border: 1px solid #d4a72c; border-radius: 3px; padding: 3px; }")
+    label.hide()
+    return label
 
 
 def _and(items: Iterable[str]) -> str:
@@ -137,14 +149,7 @@ class GpuPanel(QWidget):
         pick.addStretch(1)
         gpu_layout.addLayout(pick)
         gpu_layout.addStretch(1)
-        self.warning = QLabel(self)
-        self.warning.setWordWrap(True)
-        self.warning.setTextFormat(Qt.TextFormat.PlainText)
-        self.warning.setAccessibleName("GPU warning")
-        self.warning.setStyleSheet("QLabel { background: #fff8c5; color: #4d2d00; "
-                                   "border: 1px solid #d4a72c; border-radius: 3px; "
-                                   "padding: 3px; }")
-        self.warning.hide()
+        self.warning = _warning_label("GPU warning", self)
         outer.addWidget(self.warning)  # below the rows, always in view
         self._pages.addWidget(self._gpu_page)
 
@@ -170,6 +175,10 @@ class GpuPanel(QWidget):
         cpu_row.addWidget(self.cpu_replicas)
         cpu_row.addStretch(1)
         cpu_layout.addLayout(cpu_row)
+        self._cores = usable_cores()  # a syscall; the affinity does not change under us
+        self.cpu_warning = _warning_label("CPU replicas warning", self._cpu_page)
+        self.cpu_replicas.valueChanged.connect(self._update_cpu_warning)
+        cpu_layout.addWidget(self.cpu_warning)  # below the spin box: nothing above moves
         cpu_layout.addStretch(1)
         self._pages.addWidget(self._cpu_page)
         self._scroll.hide()
@@ -371,6 +380,11 @@ class GpuPanel(QWidget):
     def _on_check_toggled(self, _checked: bool) -> None:
         self._refresh_warning()
         self.selection_changed.emit()
+
+    def _update_cpu_warning(self, replicas: int) -> None:
+        text = cpu_replicas_warning(replicas, self._cores)
+        self.cpu_warning.setText(f"⚠ {text}" if text else "")
+        self.cpu_warning.setVisible(bool(text))
 
     def _refresh_warning(self) -> None:
         lines, held, busy = [], [], []

@@ -108,7 +108,8 @@ class RunSetupLayout(QWidget):
         self.summary_button = QPushButton("Show summary")
         self._name(self.model_combo, "Model file",
                    "The model to train: 'demo' (a small convnet), a .keras or .h5 file saved "
-                   "by Keras, or a .py file with build_model(input_shape, num_classes). "
+                   "by Keras, or a .py file whose build_model() (or create_model(), get_model(), "
+                   "make_model()) takes input_shape and num_classes. "
                    "Recent files are in the list; you can also drop a file on this panel.")
         self._name(self.model_browse, "Browse for a model file", "Choose a model file.")
         self._name(self.summary_button, "Show model summary",
