@@ -64,6 +64,7 @@ from mgpu_gui.gui.widgets.error_banner import ErrorBanner
 from mgpu_gui.gui.widgets.form_scroll import FormScrollArea
 from mgpu_gui.gui.widgets.notifier import Notifier
 from mgpu_gui.gui.widgets.resume_offer import ResumeOffer, StoreReconciler
+from mgpu_gui.gui.widgets.screen_fit import fit_to_screen, room_on_screen
 
 # Everything stays usable down to MIN_SIZE; both sizes shrink to fit a smaller screen
 # (1280x720 at 125 % scaling is 1024x576 in Qt's units).
@@ -227,7 +228,7 @@ class MainWindow(ToolDialogs, RunHistory, ExportActions, QMainWindow):
         self.splitter.setCollapsible(0, False)
         self.splitter.setSizes([SETUP_WIDTH, DEFAULT_SIZE.width() - SETUP_WIDTH])
         self.setCentralWidget(self.splitter)
-        self.setMinimumSize(self._on_screen(MIN_SIZE))
+        self.setMinimumSize(MIN_SIZE.boundedTo(room_on_screen(self)))
         self.statusBar().showMessage("Looking for GPUs…")
 
     def _connect(self) -> None:
@@ -428,15 +429,11 @@ class MainWindow(ToolDialogs, RunHistory, ExportActions, QMainWindow):
         if isinstance(geometry, QByteArray):
             self.restoreGeometry(geometry)
         else:
-            self.resize(self._on_screen(DEFAULT_SIZE))
+            fit_to_screen(self, DEFAULT_SIZE)
         state = settings.value("window/splitter")
         if isinstance(state, QByteArray):
             self.splitter.restoreState(state)
         self.run_setup.restore_settings(settings)
-
-    def _on_screen(self, size: QSize) -> QSize:
-        """`size`, made small enough for the screen's available area."""
-        return size.boundedTo(self.screen().availableGeometry().size())
 
     def _save_settings(self) -> None:
         settings = QSettings()
