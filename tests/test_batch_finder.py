@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from mgpu_gui.cli import main as cli
+from mgpu_gui.core.children.runner import command_log
 from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig
 from mgpu_gui.core.datasets.batching import steps
 from mgpu_gui.core.devices.nvml import GpuInfo, GpuInventory, NvmlState
@@ -317,6 +318,7 @@ def test_each_probe_is_a_child_and_one_that_dies_counts_as_too_big():
     died = report.probes[2]
     assert died.status is ProbeStatus.TOO_BIG
     assert "killed by SIGKILL" in died.message and "allocating a lot" in died.message
+    assert f"Its full output is in {command_log('find-batch')}." in died.message
     # Under 256 the memory model decides: 500 MB + 1 MB a sample, 800 MB available.
     assert report.largest_fit == 248 and report.cap_source == "available memory"
     assert report.recommended == 216 and report.global_batch == 432  # 2 replicas

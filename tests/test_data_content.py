@@ -199,6 +199,41 @@ def test_classifier_is_known_from_the_loss_or_the_file(tmp_path):
     assert preflight.classifier_of(config.replace(model=str(py.path)), py)[0] is None
 
 
+def test_built_labels_are_checked_against_the_built_loss(bad):
+    """What a `.py` builder's worker checks once its loss is known: labels only."""
+    request = ContentRequest((str(bad["one_class"]), "demo"), classifier=True,
+                             why="net.py (loss sparse_categorical_crossentropy)")
+    with pytest.raises(DataError, match=r"one_class.npz: every label in y_train is 3 \(one "
+                                        r"class\); a classifier \(net.py \(loss sparse"):
+        content.check_built_labels(request)
+    content.check_built_labels(ContentRequest((str(bad["truncated"]),)))  # no image is read
+
+
+@pytest.mark.slow
+def test_a_py_builders_own_classifier_loss_refuses_half_integer_labels(capsys, bad, tmp_path):
+    """The data check cannot know a `.py` builder's loss; its worker checks the labels
+    once the model is built, before the first step, and leaves no folder or row."""
+    builder = tmp_path / "net.py"
+    builder.write_text(
+        "import keras\n\n\ndef create_model():\n"
+        "    model = keras.Sequential([keras.Input((6, 6, 1)), keras.layers.Flatten(),\n"
+        "                              keras.layers.Dense(10, activation='softmax')])\n"
+        "    model.compile('adam', 'sparse_categorical_crossentropy')\n"
+        "    return model\n")
+    out_dir = tmp_path / "runs"
+    code = cli.main(["train", "--model", str(builder), "--data", str(bad["half"]), "--cpu",
+                     "--replicas", "1", "--batch", "4", "--epochs", "1", "-o", str(out_dir)])
+    err = capsys.readouterr().err
+    assert code != 0 and err.count("error:") == 1, err
+    assert "half.npz: y_train holds 40 label(s) that are not whole numbers" in err
+    assert "net.py (loss sparse_categorical_crossentropy) trains a classifier" in err
+    assert "resume" not in err and "Traceback" not in err
+    assert not out_dir.exists() or not any(out_dir.iterdir())
+    store = RunStore(Path(os.environ["MGPU_GUI_STORE"]))
+    assert store.runs() == []
+    store.close()
+
+
 # -- mid-run: the one training run ----------------------------------------------
 @pytest.mark.slow
 def test_an_image_damaged_after_the_check_stops_the_run_naming_it(tmp_path):

@@ -3,8 +3,11 @@ cannot start: a message, and Export is enabled again (no restart needed)."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
+from mgpu_gui.core.children.runner import command_log
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.devices.nvml import GpuInventory, NvmlState
 from mgpu_gui.core.runs.folder import create_run_dir
@@ -32,6 +35,17 @@ def test_a_child_that_cannot_start_is_reported_and_frees_the_exporter(
     ok, message = done.args
     assert not ok and "could not start" in message and no_export_child in message
     assert not exporter.is_running()
+
+
+def test_a_child_that_dies_is_reported_with_its_log(qtbot, monkeypatch, tmp_path):
+    monkeypatch.setattr(export_job, "export_command", lambda events_fd: [
+        sys.executable, "-c", "import sys; print('Aborted', flush=True); sys.exit(134)"])
+    exporter = ModelExporter()
+    with qtbot.waitSignal(exporter.finished, timeout=10_000) as done:
+        exporter.export(tmp_path / "model.keras", tmp_path / "out.keras", "keras")
+    ok, message = done.args
+    assert not ok and "exited with code 134 before it finished. Last output: Aborted" in message
+    assert f"full output (TensorFlow's included) is in {command_log('export')}." in message
 
 
 def test_export_is_enabled_again_after_a_child_that_cannot_start(

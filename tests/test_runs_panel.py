@@ -14,8 +14,10 @@ import pytest
 from PySide6.QtCore import Qt, QUrl
 from PySide6.QtWidgets import QMessageBox
 
+from mgpu_gui.core.children.supervisor import prepare_resume
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.devices.nvml import GpuInventory, NvmlState
+from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.events import (
     BatchEnd,
     EpochEnd,
@@ -89,6 +91,10 @@ def record_run(store: RunStore, root: Path, name: str, *, epochs: int = 4, done:
     if end == "failed":
         events.append(RunFailed(message="Out of memory on GPU 0.", phase=Phase.TRAINING,
                                 error_type="ResourceExhaustedError", t=start_t + 100))
+    elif end == "bad data":
+        events.append(RunFailed(message="the image b/3.png cannot be decoded",
+                                phase=Phase.TRAINING, error_type="DataError",
+                                resumable=False, t=start_t + 100))
     elif end is not None:
         events.append(RunFinished(status=end, epochs_done=done, t=start_t + 100))
     recorder = RunRecorder(store, run_id, owns_store=False)
@@ -315,6 +321,24 @@ def test_resume_is_offered_only_for_resumable_idle_runs(qtbot, panel, store, tmp
     assert not resumable(stopped) and not panel.show_curves_action.isEnabled()
     panel.set_run_active(False)
     assert resumable(stopped)
+
+
+def test_a_run_that_failed_on_its_data_is_not_offered_for_resume(panel, store, tmp_path):
+    """A resume would meet the same damaged file: the failure said to start a new run."""
+    oom = record_run(store, tmp_path, "oom", done=2, end="failed")
+    damaged = record_run(store, tmp_path, "damaged", done=2, end="bad data")
+    assert store.get(oom.id).resume_helps and not store.get(damaged.id).resume_helps
+    panel.refresh()
+    panel.select_runs([oom.id])
+    assert panel.resume_action.isEnabled()
+    panel.select_runs([damaged.id])
+    assert not panel.resume_action.isEnabled()
+    assert "the same failure" in panel.resume_action.toolTip()
+    with pytest.raises(UserError, match="failed for a reason a resume would meet again: "
+                                        "the image b/3.png cannot be decoded"):
+        prepare_resume(damaged.run_dir, NO_GPU, store)
+    store.begin_attempt(damaged.id)  # a resume that went ahead anyway starts afresh
+    assert store.get(damaged.id).resume_helps
 
 
 def test_interrupted_run_is_found_at_start_and_offered(qtbot, tmp_path, monkeypatch):

@@ -235,13 +235,11 @@ def run_export_job(request: ExportRequest, args: argparse.Namespace) -> int:
         return 0
     if interrupted():
         return EXIT_STOPPED
-    print(f"error: {failed_text(outcome)}", file=sys.stderr)
+    # --debug showed the child's output already
+    print(f"error: {failed_text(outcome, None if args.debug else job.log)}", file=sys.stderr)
     if outcome.error_type and not outcome.user_error:  # a bug in the child
         print(outcome.traceback.rstrip() if args.debug else
               "This is a bug; run again with --debug for the traceback.", file=sys.stderr)
-    if job.log is not None and not args.debug:  # --debug showed it all already
-        print(f"The {request.mode.value} process's full output (TensorFlow's included) is "
-              f"in {job.log}", file=sys.stderr)
     return EXIT_USAGE if outcome.user_error else EXIT_FAILED
 
 

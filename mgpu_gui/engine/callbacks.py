@@ -54,6 +54,28 @@ class EpochTracker:
     def complete(self, epoch: int) -> bool:
         return self.steps_done(epoch) >= self.steps_per_epoch
 
+    def last_step_begun(self, epoch: int) -> bool:
+        """Whether `epoch` began its last step: exact on the training thread, where the
+        batch-end hooks (and so `complete`) may still be pending."""
+        return self.position == (epoch, self.steps_per_epoch - 1)
+
+
+class ValidateCompleteEpochs(list):
+    """`validation_freq` for Keras' `fit`: validate only an epoch that ran every step.
+
+    Keras validates an epoch a stop request cut short, and that pass is thrown away
+    with the epoch (CompleteEpochsOnly): on a GPU a whole validation pass between a stop
+    and its end, on 64 CPU replicas minutes. Keras asks `epoch + 1 in validation_freq`
+    on the training thread, right after the epoch's last step.
+    """
+
+    def __init__(self, tracker: EpochTracker):
+        super().__init__()
+        self.tracker = tracker
+
+    def __contains__(self, epoch: object) -> bool:
+        return isinstance(epoch, int) and self.tracker.last_step_begun(epoch - 1)
+
 
 class EpochEndGate(keras.callbacks.Callback):
     """Runs `inner` at epoch granularity, passing on `on_epoch_end` only where `passes`.

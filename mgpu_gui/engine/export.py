@@ -410,7 +410,7 @@ def _run_verifier(fmt: str, path: Path, x: np.ndarray, safe_mode: bool,
             if isinstance(ended.result, ExportFailed):
                 why = ended.result.message
             else:
-                how, last = died_text(ended.code, ended.tail)
+                how, last = died_text(ended.code, ended.tail, ended.log)
                 why = f"the verifying process {how}.{last}"
             raise ExportError(f"The {fmt} export could not be reloaded in a fresh process, "
                               f"so it was not saved: {why}")

@@ -290,7 +290,8 @@ class ClusterLoop:
         self._sum([0.0])
 
     def fit(self, model: keras.Model, setup: TrainingSetup, *, epochs: int, steps: int,
-            initial_epoch: int, callbacks: list) -> None:
+            initial_epoch: int, callbacks: list, tracker: object) -> None:
+        """`tracker` is unused: this loop skips a partial epoch's validation by itself."""
         import keras
 
         self._train_step = None  # a fit again (the XLA fallback) traces the step anew

@@ -14,12 +14,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import keras
 import tensorflow as tf
 
 from mgpu_gui.core.config import RunConfig
-from mgpu_gui.core.datasets import batching
+from mgpu_gui.core.datasets import batching, content
 from mgpu_gui.core.devices.plan import DevicePlan
 from mgpu_gui.core.errors import ModelError
 from mgpu_gui.core.events import (
@@ -35,6 +36,7 @@ from mgpu_gui.core.lr_schedule import LinearScaling, format_lr
 from mgpu_gui.core.modelfiles.compile_facts import CompileSource
 from mgpu_gui.core.runs import checkpoints as ckpt
 from mgpu_gui.core.runs.folder import RunDir
+from mgpu_gui.core.runs.preflight import loss_is_classifier
 from mgpu_gui.engine import models, xla
 from mgpu_gui.engine import pipeline as data_mod
 from mgpu_gui.engine.callbacks import (
@@ -46,9 +48,11 @@ from mgpu_gui.engine.callbacks import (
     EventCallback,
     LinearWarmup,
     NanGuard,
+    ValidateCompleteEpochs,
 )
 from mgpu_gui.engine.export import export_model
 from mgpu_gui.engine.failures import NonFiniteLossError, Stage, Where, explain_failure
+from mgpu_gui.engine.legacy_compile import describe_loss
 
 __all__ = ["FitLoop", "NonFiniteLossError", "TrainingSetup", "prepare", "run_training"]
 
@@ -83,9 +87,11 @@ class FitLoop:
         return run_dir.backup_epoch()
 
     def fit(self, model: keras.Model, setup: TrainingSetup, *, epochs: int, steps: int,
-            initial_epoch: int, callbacks: list[keras.callbacks.Callback]) -> None:
+            initial_epoch: int, callbacks: list[keras.callbacks.Callback],
+            tracker: EpochTracker) -> None:
         model.fit(setup.train, validation_data=setup.val, epochs=epochs, steps_per_epoch=steps,
                   initial_epoch=initial_epoch, callbacks=callbacks,
+                  validation_freq=ValidateCompleteEpochs(tracker),
                   shuffle=False,  # the dataset reshuffles itself each epoch
                   verbose=0)
 
@@ -180,7 +186,7 @@ def _run(config: RunConfig, run_dir: RunDir, plan: DevicePlan, strategy: tf.dist
             Stage.TRAINING, steps, tracker, saver)
         try:
             loop.fit(model, setup, epochs=config.epochs, steps=steps,
-                     initial_epoch=initial_epoch, callbacks=callbacks)
+                     initial_epoch=initial_epoch, callbacks=callbacks, tracker=tracker)
         except Exception as error:
             reason = xla.compile_error(error) if use_xla else None
             if reason is None:
@@ -230,6 +236,7 @@ def prepare(config: RunConfig, strategy: tf.distribute.Strategy, log) -> Trainin
     model = loaded.model
     models.check_model_fits_data(model, prepared.input_shape, prepared.num_classes,
                                  prepared.label_max)
+    _check_labels_for_loss(config, model)
     _check_mirrored(model, strategy, log)
     relabel, note = models.label_mapper(models.loss_wants_onehot(model), prepared.label_kind,
                                         prepared.num_classes)
@@ -263,6 +270,16 @@ def prepare(config: RunConfig, strategy: tf.distribute.Strategy, log) -> Trainin
         val=evaluation(prepared.val, prepared.val_samples, "validation"),
         test=evaluation(prepared.test, prepared.test_samples, "test"),
     )
+
+
+def _check_labels_for_loss(config: RunConfig, model: keras.Model) -> None:
+    """Labels against the loss the model was built with: the data check before the run
+    could not tell a `.py` builder's classifier (its loss is set when it runs)."""
+    loss = describe_loss(getattr(model, "loss", None))
+    if config.loss is None and Path(config.model).suffix == ".py" and loss_is_classifier(loss):
+        sources = (config.data,) + ((config.validation_data,) if config.validation_data else ())
+        content.check_built_labels(content.ContentRequest(
+            sources, classifier=True, why=f"{Path(config.model).name} (loss {loss})"))
 
 
 def _check_mirrored(model: keras.Model, strategy: tf.distribute.Strategy, log) -> None:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from mgpu_gui.core.children.launch import Child, module_command
-from mgpu_gui.core.children.runner import ChildProcesses, died_text
+from mgpu_gui.core.children.runner import ChildProcesses, command_log, died_text
 from mgpu_gui.core.datasets.content import ContentRequest
 from mgpu_gui.core.errors import DataError
 from mgpu_gui.core.events import DataChecked, DataCheckFailed, DataCheckProgress, parse_event
@@ -50,7 +50,7 @@ class DataCheckJob:
         self.on_progress = on_progress
         self.stall_s = stall_s
         self.memory_mib = memory_mib
-        self._children = ChildProcesses("data-check-output")
+        self._children = ChildProcesses("data-check-output", command_log("data-check"))
         self._heard = time.monotonic()
         self._stalled = False
 
@@ -84,7 +84,7 @@ class DataCheckJob:
         if ended is None or self._children.cancelled:
             return DataCheckFailed("the data check was cancelled.", "Cancelled",
                                    user_error=False)
-        how, last = died_text(ended.code, ended.tail)
+        how, last = died_text(ended.code, ended.tail, ended.log)
         return DataCheckFailed(f"the data check {how} while reading {_names(self.request)}; "
                                f"a file is probably damaged.{last}", "ChildDied",
                                user_error=True)

@@ -41,11 +41,13 @@ R = TypeVar("R")
 
 @dataclass(frozen=True)
 class ChildExit(Generic[R]):
-    """How one child ended: its result (None when it sent none), exit code, last lines."""
+    """How one child ended: its result (None when it sent none), exit code, last lines,
+    and the log file that holds all of them (None: none was kept)."""
 
     result: R | None
     code: int
     tail: tuple[str, ...]
+    log: Path | None = None
 
 
 def command_log(name: str) -> Path:
@@ -132,7 +134,7 @@ class ChildProcesses:
         pump.join(timeout=5)
         with self._lock:
             self._proc = None
-        return ChildExit(result, code, tuple(tail))
+        return ChildExit(result, code, tuple(tail), self.log)
 
     def _open_log(self) -> IO[str] | None:
         """The log file for the next child; none when it cannot be written (the job
@@ -163,9 +165,10 @@ def pump_output(stream: IO[bytes], log: IO[str] | None, tail: deque[str],
                 on_output(line)
 
 
-def died_text(code: int, tail: Sequence[str]) -> tuple[str, str]:
+def died_text(code: int, tail: Sequence[str], log: Path | None = None) -> tuple[str, str]:
     """How a child ended ("was killed by SIGKILL") and its last words (" Last output: ..."),
-    startup noise left out; the second is empty when it said nothing."""
+    startup noise left out, then where its full output is; the second is empty when it
+    said nothing and kept no log."""
     if code < 0:
         try:
             how = f"was killed by {signal.Signals(-code).name}"
@@ -175,6 +178,8 @@ def died_text(code: int, tail: Sequence[str]) -> tuple[str, str]:
         how = f"exited with code {code}"
     said = [line for line in tail if not is_startup_noise(line)][-4:]
     last = " Last output: " + " | ".join(said) if said else ""
+    if log is not None:
+        last += f" Its full output is in {log}."
     return how, last
 
 
@@ -194,7 +199,7 @@ def run_child(children: ChildProcesses, command: Callable[[int], list[str]],
         return ended.result
     if ended is None or children.cancelled:
         return failed("Cancelled", f"{what} was cancelled.")
-    how, last = died_text(ended.code, ended.tail)
+    how, last = died_text(ended.code, ended.tail, ended.log)
     return failed("ChildDied", f"{what} {how} before it answered.{last}")
 
 

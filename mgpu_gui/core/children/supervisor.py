@@ -150,6 +150,9 @@ def prepare_resume(run_folder: Path, inventory: GpuInventory | None = None,
                 f"resume. Export its model, or start a new run.")
         if not point.resumable:
             raise UserError(point.refusal())
+        if record is not None and not record.resume_helps:
+            raise UserError(f"The run in {run_dir.path} failed for a reason a resume would "
+                            f"meet again: {record.message}")
         inventory = inventory if inventory is not None else query_inventory()
         plan = _plan(config, inventory, store, allow_busy)
         preflight.check(config, plan.replicas, file_inspector())

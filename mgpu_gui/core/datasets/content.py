@@ -135,10 +135,25 @@ def _check_npz(path: Path, request: ContentRequest, tally: _Tally) -> None:
     layout = read_npz_layout(path)
     for xk, _ in layout.pairs:
         _scan_array(path, xk, tally)
-    y_keys = [yk for _, yk in layout.pairs]
+    tally.values += _check_npz_labels(path, request)
+
+
+def check_built_labels(request: ContentRequest) -> None:
+    """The label half of `check_content`, once the built model's loss tells whether the
+    run trains a classifier (a `.py` builder compiles itself): only label arrays are read.
+    An image folder's classes were counted before the run, whatever its loss."""
+    for source in request.sources:
+        path = Path(os.path.expanduser(source))
+        if source != DEMO and not path.is_dir():
+            _check_npz_labels(path, request)
+
+
+def _check_npz_labels(path: Path, request: ContentRequest) -> int:
+    """Check the label arrays of an archive; return how many values they hold."""
+    y_keys = [yk for _, yk in read_npz_layout(path).pairs]
     ys = read_npz_arrays(path, y_keys)
-    tally.values += sum(int(y.size) for y in ys.values())
     check_labels(path.name, [ys[k] for k in y_keys], y_keys, request)
+    return sum(int(y.size) for y in ys.values())
 
 
 def _scan_array(path: Path, key: str, tally: _Tally) -> None:

@@ -74,6 +74,7 @@ class RunRecord:
     best_epoch: int | None
     test_metrics: dict[str, float] | None
     attempts: int
+    resume_helps: bool = True  # False: it failed for a reason a resume meets again
 
     @property
     def folder_exists(self) -> bool:
@@ -176,7 +177,7 @@ class RunStore:
         def update() -> None:
             with self._database.write() as db:
                 db.execute("UPDATE runs SET status = ?, message = '', ended = NULL, "
-                           "attempts = attempts + 1 WHERE id = ?",
+                           "resume_helps = 1, attempts = attempts + 1 WHERE id = ?",
                            (RunState.RUNNING.value, run_id))
 
         retry(update)
@@ -382,8 +383,9 @@ class RunRecorder:
             return statements
         if isinstance(event, RunFailed):
             self.final = RunState.FAILED
-            return [("UPDATE runs SET status = ?, message = ?, ended = ? WHERE id = ?",
-                     (RunState.FAILED.value, event.message, event.t, rid))]
+            return [("UPDATE runs SET status = ?, message = ?, ended = ?, resume_helps = ? "
+                     "WHERE id = ?",
+                     (RunState.FAILED.value, event.message, event.t, int(event.resumable), rid))]
         return []
 
     def discard(self) -> None:
@@ -410,5 +412,5 @@ def _record(row: sqlite3.Row) -> RunRecord:
         ended=row["ended"], best_metric=row["best_metric"], best_value=row["best_value"],
         best_epoch=row["best_epoch"],
         test_metrics=json.loads(row["test_metrics"]) if row["test_metrics"] else None,
-        attempts=row["attempts"],
+        attempts=row["attempts"], resume_helps=bool(row["resume_helps"]),
     )

@@ -91,6 +91,10 @@ MIGRATIONS: tuple[str, ...] = (
         cancel_requested INTEGER NOT NULL DEFAULT 0
     );
     """,
+    # v3: whether resuming can get past how the run failed (not past bad data).
+    """
+    ALTER TABLE runs ADD COLUMN resume_helps INTEGER NOT NULL DEFAULT 1;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -19,14 +19,14 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mgpu_gui.core.children.inspector import file_inspector
 from mgpu_gui.core.children.launch import Child, module_command
-from mgpu_gui.core.children.runner import ChildProcesses, died_text
+from mgpu_gui.core.children.runner import ChildExit, ChildProcesses, command_log, died_text
 from mgpu_gui.core.config import DEMO, DeviceKind, DeviceSelection, RunConfig
 from mgpu_gui.core.devices.nvml import GpuInventory, query_inventory
 from mgpu_gui.core.devices.plan import DevicePlan, plan_devices
@@ -170,7 +170,7 @@ class BatchFinder:
         self.command = command
         self.results: list[ProbeResult] = []
         self._plan: SearchPlan | None = None
-        self._children = ChildProcesses("batch-probe-output")
+        self._children = ChildProcesses("batch-probe-output", command_log("find-batch"))
 
     @property
     def cancelled(self) -> bool:
@@ -232,7 +232,7 @@ class BatchFinder:
         if self.cancelled:
             return ProbeResult(batch, ProbeStatus.CANCELLED, message="cancelled while it ran")
         return ProbeResult(batch, ProbeStatus.TOO_BIG, seconds=time.monotonic() - started,
-                           message=_died(ended.code, ended.tail))
+                           message=_died(ended))
 
     def _handle(self, message: dict[str, Any], number: int, batch: int) -> ProbeResult | None:
         kind = message.get("type")
@@ -245,10 +245,10 @@ class BatchFinder:
         return None
 
 
-def _died(code: int, tail: Sequence[str]) -> str:
+def _died(ended: ChildExit) -> str:
     """A probe that died without a result is taken as out of memory (the kernel's OOM
     killer, or an allocator abort); its last words say otherwise when it was not."""
-    how, last = died_text(code, tail)
+    how, last = died_text(ended.code, ended.tail, ended.log)
     return f"the probe {how} without a result (most likely out of memory).{last}"
 
 

@@ -63,11 +63,14 @@ def done_line(mode: ExportMode, done: ExportDone) -> str:
             f"max prediction difference {done.max_abs_diff:.2g})")
 
 
-def failed_text(failed: ExportFailed) -> str:
-    """Why it failed, for the user; a bug names its exception type."""
-    if failed.user_error or not failed.error_type:
-        return failed.message
-    return f"unexpected {failed.error_type}: {failed.message}"
+def failed_text(failed: ExportFailed, log: Path | None = None) -> str:
+    """Why it failed, for the user; a bug names its exception type. With a `log`, where
+    the child's full output is."""
+    text = (failed.message if failed.user_error or not failed.error_type
+            else f"unexpected {failed.error_type}: {failed.message}")
+    if log is None:
+        return text
+    return f"{text} The process's full output (TensorFlow's included) is in {log}."
 
 
 class ExportJob:

@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from mgpu_gui.core.children.launch import Child, module_command
-from mgpu_gui.core.children.runner import ChildProcesses, run_child
+from mgpu_gui.core.children.runner import ChildProcesses, command_log, run_child
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.events import ModelProbed, ModelProbeFailed, parse_event
 
@@ -33,7 +33,7 @@ class ModelProbeJob:
 
     def __init__(self, config: RunConfig):
         self.config = config
-        self._children = ChildProcesses("model-probe-output")
+        self._children = ChildProcesses("model-probe-output", command_log("model-check"))
 
     def cancel(self) -> None:
         self._children.cancel()

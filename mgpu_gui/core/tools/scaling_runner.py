@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mgpu_gui.core.children.inspector import file_inspector
 from mgpu_gui.core.children.launch import Child, module_command
-from mgpu_gui.core.children.runner import ChildProcesses, died_text
+from mgpu_gui.core.children.runner import ChildExit, ChildProcesses, command_log, died_text
 from mgpu_gui.core.config import DEMO, DeviceKind, DeviceSelection, RunConfig
 from mgpu_gui.core.devices.nvml import GpuInventory, query_inventory
 from mgpu_gui.core.devices.plan import DevicePlan, plan_devices
@@ -190,7 +190,7 @@ class ScaleRunner:
         self.command = command
         self.results: list[CountResult] = []
         self._plan: ScalePlan | None = None
-        self._children = ChildProcesses("scale-output")
+        self._children = ChildProcesses("scale-output", command_log("scale"))
 
     @property
     def cancelled(self) -> bool:
@@ -268,7 +268,7 @@ class ScaleRunner:
             return ended.result
         if self.cancelled:
             return self._not_run(count, PointStatus.CANCELLED, "cancelled while it ran")
-        return self._not_run(count, PointStatus.FAILED, _died(ended.code, ended.tail))
+        return self._not_run(count, PointStatus.FAILED, _died(ended))
 
     def _handle(self, message: dict[str, Any], index: int, total: int,
                 count: CountPlan) -> CountResult | None:
@@ -285,8 +285,8 @@ class ScaleRunner:
         return None
 
 
-def _died(code: int, tail: Sequence[str]) -> str:
-    how, last = died_text(code, tail)
+def _died(ended: ChildExit) -> str:
+    how, last = died_text(ended.code, ended.tail, ended.log)
     return (f"the timing process {how} without a result (a crash, or killed for lack of "
             f"memory).{last}")
 

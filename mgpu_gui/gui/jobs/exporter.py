@@ -59,7 +59,7 @@ class ModelExporter(QObject):
         super().__init__(parent)
         self._jobs = ChildJobRunner(self)
         self._jobs.finished.connect(self._ended)
-        self._mode = ExportMode.EXPORT  # of the running export
+        self._job: ExportJob | None = None  # the running one
 
     def is_running(self) -> bool:
         return self._jobs.is_running()
@@ -68,16 +68,19 @@ class ModelExporter(QObject):
                mode: ExportMode = ExportMode.EXPORT) -> None:
         if self.is_running():
             raise RuntimeError("an export is already running")
-        self._mode = mode
         request = ExportRequest(mode, Path(source).absolute(), Path(target).absolute(), fmt)
-        self._jobs.start(ExportJob(request))
+        self._job = ExportJob(request)
+        self._jobs.start(self._job)
 
     def cancel(self) -> None:
         """Kill the running child and wait for its thread (the window is closing)."""
         self._jobs.shutdown()
 
     def _ended(self, outcome: ExportOutcome) -> None:
+        assert self._job is not None
         if isinstance(outcome, ExportDone):
-            self.finished.emit(True, done_line(self._mode, outcome))
+            self.finished.emit(True, done_line(self._job.request.mode, outcome))
         else:
-            self.finished.emit(False, failed_text(outcome))
+            # The input at fault says all in its message; the app's own failure needs the log.
+            log = None if outcome.user_error else self._job.log
+            self.finished.emit(False, failed_text(outcome, log))

@@ -380,6 +380,8 @@ class RunsPanel(QWidget):
             return "This run completed: there is nothing to resume"
         if not record.status.resumable:
             return "Early stopping ended this run: there is nothing to resume"
+        if not record.resume_helps:
+            return "A resume would meet the same failure: fix its cause, then start a new run"
         if not record.folder_exists:
             return "Its folder was deleted: nothing to resume; Delete removes the run"
         if not record.epochs_done:  # as ResumePoint says, read from the store's record
