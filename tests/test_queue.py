@@ -135,18 +135,20 @@ def test_a_live_run_holds_its_gpus_until_its_lock_is_released(tmp_path):
     again.release()
 
 
-def test_a_version_1_store_is_migrated_with_its_runs_kept(tmp_path):
+@pytest.mark.parametrize("version", range(1, storedb.SCHEMA_VERSION))
+def test_an_older_store_is_migrated_with_its_runs_kept(tmp_path, version):
     path = tmp_path / "old.sqlite3"
     db = sqlite3.connect(path)
-    db.executescript(storedb.MIGRATIONS[0])
+    for script in storedb.MIGRATIONS[:version]:
+        db.executescript(script)
     db.execute("INSERT INTO runs (run_dir, name, model, data, config, status, epochs, created) "
-               "VALUES ('/x', 'old', 'demo', 'demo', '{}', 'completed', 3, 1.0)")
-    db.execute("PRAGMA user_version = 1")
+               "VALUES ('/x', 'old', 'demo', 'demo', '{}', 'failed', 3, 1.0)")
+    db.execute(f"PRAGMA user_version = {version}")
     db.commit()
     db.close()
     store = RunStore(path)
-    assert [r.name for r in store.runs()] == ["old"]
-    assert store.database.db.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert [(r.name, r.resume_helps) for r in store.runs()] == [("old", True)]
+    assert store.database.db.execute("PRAGMA user_version").fetchone()[0] == 3
     assert JobQueue(store).jobs() == []
 
 

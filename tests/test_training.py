@@ -187,6 +187,58 @@ def test_stop_mid_epoch_leaves_resumable_backup_and_no_partial_epoch(hosts, file
     assert optimizer_steps(run_dir.last_checkpoint) == 35
 
 
+def test_a_stop_during_validation_ends_it_and_the_epoch_is_not_recorded():
+    """Keras validates after a stop; ours ends the validation (64 CPU replicas took
+    minutes over it) and never records the epoch its cut-short metrics would describe.
+    An epoch a stop cut short in training is not validated at all."""
+    import threading
+
+    import keras
+
+    from mgpu_gui.engine.callbacks import EpochTracker, EventCallback, ValidateCompleteEpochs
+
+    rng = np.random.default_rng(2)
+    x, y = rng.normal(size=(32, 8)).astype("float32"), rng.integers(0, 3, size=32)
+    xv, yv = rng.normal(size=(400, 8)).astype("float32"), rng.integers(0, 3, size=400)
+    emitted: list = []
+
+    class Sink:
+        started = True
+
+        def emit(self, event) -> None:
+            emitted.append(event)
+
+    def fit(stop_when: str) -> tuple[EpochTracker, list[int]]:
+        stop, tested = threading.Event(), []
+
+        class Stopper(keras.callbacks.Callback):
+            def on_train_batch_begin(self, batch, logs=None):
+                if stop_when == "training" and batch == 2:
+                    stop.set()
+
+            def on_test_batch_begin(self, batch, logs=None):
+                tested.append(batch)
+                if stop_when == "validation":
+                    stop.set()
+
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(3, activation="softmax")])
+        model.compile("adam", "sparse_categorical_crossentropy")
+        tracker = EpochTracker(4)
+        events = EventCallback(Sink(), tracker, global_batch=8, epochs=3, monitor="val_loss",
+                               batch_interval_s=0.0, stop_requested=stop.is_set)
+        model.fit(x, y, batch_size=8, epochs=3, validation_data=(xv, yv), validation_batch_size=8,
+                  validation_freq=ValidateCompleteEpochs(tracker), callbacks=[Stopper(), events],
+                  verbose=0)
+        return tracker, tested
+
+    tracker, tested = fit("validation")
+    assert tracker.steps_done(0) == 4 and not tracker.complete(0)
+    assert 1 <= len(tested) < 50  # of 50 validation batches
+    tracker, tested = fit("training")
+    assert tracker.steps_done(0) == 3 and tested == []
+    assert not [e for e in emitted if isinstance(e, EpochEnd)]
+
+
 def test_crash_before_the_backup_commit_resumes_from_the_previous_epoch(tmp_path, monkeypatch):
     """A crash after an epoch's model file, before its metadata: the resume redoes it."""
     import keras

@@ -76,6 +76,29 @@ def test_the_last_event_arms_the_exit_with_its_code(tmp_path):
     assert codes == [0, EXIT_FAILED, EXIT_FAILED]
 
 
+def test_a_worker_that_hangs_after_its_last_word_is_ended(tmp_path, monkeypatch):
+    """TensorFlow's teardown can deadlock holding Python's lock (freeing 64 CPU replicas'
+    data pipeline did), so the worker's own exit timer never runs: the supervisor ends
+    it AFTER_LAST_WORD_S after the final event, and the run reads as that event says."""
+    from mgpu_gui.core.children import supervisor
+
+    final = RunFinished(status=RunStatus.STOPPED, epochs_done=1, message="Stopped by request.")
+    hangs = (f"import os, sys, time; os.write(int(sys.argv[1]), {final.to_json()!r}.encode() "
+             "+ b'\\n'); time.sleep(600)")
+    monkeypatch.setattr(supervisor, "worker_command",
+                        lambda run_dir, events_fd, *a, **k: [sys.executable, "-c", hangs,
+                                                             str(events_fd)])
+    worker = WorkerProcess(prepare_run(long_demo(tmp_path)))
+    began = time.monotonic()
+    worker.start()
+    assert [type(e) for e in worker.events()] == [RunFinished]
+    outcome = worker.outcome()
+    took = time.monotonic() - began
+    assert supervisor.AFTER_LAST_WORD_S <= took < supervisor.AFTER_LAST_WORD_S + 1.5, took
+    assert outcome.status is RunStatus.STOPPED and outcome.message == "Stopped by request."
+    assert "crash" not in outcome.message and outcome.resumable is False  # no backup here
+
+
 def test_ctrl_c_while_64_cpu_replicas_build_their_first_step_stops_within_5_s(tmp_path):
     """Building the first step of 64 CPU replicas takes a minute on 2 cores, with no batch
     boundary to stop at: with no epoch to keep, the supervisor ends the worker at once, and

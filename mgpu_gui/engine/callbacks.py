@@ -37,6 +37,7 @@ class EpochTracker:
     def __init__(self, steps_per_epoch: int):
         self.steps_per_epoch = steps_per_epoch
         self._done: dict[int, int] = {}
+        self._cut: set[int] = set()  # epochs whose validation a stop cut short
         self._lock = threading.Lock()
         self.position: tuple[int, int] | None = None  # (epoch, batch) last begun, 0-based
 
@@ -51,13 +52,32 @@ class EpochTracker:
         with self._lock:
             return self._done.get(epoch, 0)
 
+    def validation_cut(self, epoch: int) -> None:
+        with self._lock:
+            self._cut.add(epoch)
+
     def complete(self, epoch: int) -> bool:
-        return self.steps_done(epoch) >= self.steps_per_epoch
+        """Every step ran, and its validation (if any) was not cut short."""
+        with self._lock:
+            return self._done.get(epoch, 0) >= self.steps_per_epoch and epoch not in self._cut
 
     def last_step_begun(self, epoch: int) -> bool:
         """Whether `epoch` began its last step: exact on the training thread, where the
         batch-end hooks (and so `complete`) may still be pending."""
         return self.position == (epoch, self.steps_per_epoch - 1)
+
+
+class AtTrainEnd(keras.callbacks.Callback):
+    """Calls `then()` when `fit` ends, before Keras lets go of its iterators: freeing
+    those of 64 CPU replicas deadlocked in tf.data's thread pool, so a stopped run says
+    its last word here (the worker then exits whatever the teardown does)."""
+
+    def __init__(self, then: Callable[[], object]):
+        super().__init__()
+        self.then = then
+
+    def on_train_end(self, logs=None):
+        self.then()
 
 
 class ValidateCompleteEpochs(list):
@@ -351,6 +371,14 @@ class EventCallback(keras.callbacks.Callback):
             ))
         if self.stop_requested():
             self.model.stop_training = True
+
+    def on_test_batch_end(self, batch, logs=None):
+        # Only `fit`'s validation calls these hooks. A stop during it ends the validation
+        # too (on 64 CPU replicas it took minutes): the epoch, with metrics of part of
+        # the validation set, is not recorded.
+        if self.stop_requested() and self.last_epoch_seen is not None:
+            self.tracker.validation_cut(self.last_epoch_seen)
+            self.model.stop_evaluating = self.model.stop_training = True
 
     def on_epoch_end(self, epoch, logs=None):
         if not self.tracker.complete(epoch):

@@ -41,6 +41,7 @@ from mgpu_gui.engine import models, xla
 from mgpu_gui.engine import pipeline as data_mod
 from mgpu_gui.engine.callbacks import (
     AfterWarmup,
+    AtTrainEnd,
     CommitBackup,
     CompleteEpochsOnly,
     EpochCheckpoints,
@@ -181,7 +182,8 @@ def _run(config: RunConfig, run_dir: RunDir, plan: DevicePlan, strategy: tf.dist
         tracker = EpochTracker(steps)
         saver, events, callbacks = _callbacks(config, run_dir, sink, stop, tracker, monitor,
                                               setup.global_batch, initial_epoch, warmup)
-        callbacks.extend(extra_callbacks)
+        stopped = _StoppedEnd(config, sink, stop, tracker, events, initial_epoch, log)
+        callbacks.extend([*extra_callbacks, AtTrainEnd(stopped)])
         where.stage, where.steps, where.tracker, where.checkpoints = (
             Stage.TRAINING, steps, tracker, saver)
         try:
@@ -203,17 +205,10 @@ def _run(config: RunConfig, run_dir: RunDir, plan: DevicePlan, strategy: tf.dist
         break
     xla.disable(model)  # training is over: the test set and the export use the plain call
 
+    ended = stopped()
+    if ended is not None:
+        return ended
     epochs_done = max(events.epochs_done, initial_epoch)
-    last_seen = events.last_epoch_seen
-    partial = last_seen is not None and not tracker.complete(last_seen)
-    if partial:
-        log(f"Stopped in epoch {last_seen + 1} after {tracker.steps_done(last_seen)} of {steps} "
-            f"steps; that epoch is not recorded"
-            + (" and will be redone on resume." if epochs_done else "."))
-        return _finish(sink, RunStatus.STOPPED, epochs_done, events, "Stopped by request.")
-    if stop.is_set() and epochs_done < config.epochs:
-        return _finish(sink, RunStatus.STOPPED, epochs_done, events, "Stopped by request.")
-
     where.epochs_done = epochs_done
     if setup.test is not None:
         where.stage = Stage.EVALUATION
@@ -224,6 +219,35 @@ def _run(config: RunConfig, run_dir: RunDir, plan: DevicePlan, strategy: tf.dist
     loop.finish()
     status = RunStatus.EARLY_STOPPED if epochs_done < config.epochs else RunStatus.COMPLETED
     return _finish(sink, status, epochs_done, events, "")
+
+
+class _StoppedEnd:
+    """The end of a run a stop request cut short, said once: when `fit` ends (AtTrainEnd),
+    else after it returned. Returns the run's status then, None when it did not stop."""
+
+    def __init__(self, config: RunConfig, sink: EventSink, stop: threading.Event,
+                 tracker: EpochTracker, events: EventCallback, initial_epoch: int, log):
+        self.config, self.sink, self.stop, self.log = config, sink, stop, log
+        self.tracker, self.events, self.initial_epoch = tracker, events, initial_epoch
+        self.status: RunStatus | None = None
+
+    def __call__(self) -> RunStatus | None:
+        if self.status is None and self.stop.is_set():
+            self.status = self._end()
+        return self.status
+
+    def _end(self) -> RunStatus | None:
+        events, tracker = self.events, self.tracker
+        epochs_done = max(events.epochs_done, self.initial_epoch)
+        last = events.last_epoch_seen
+        if last is not None and not tracker.complete(last):
+            steps, done = tracker.steps_per_epoch, tracker.steps_done(last)
+            when = f"after {done} of {steps} steps" if done < steps else "during its validation"
+            self.log(f"Stopped in epoch {last + 1} {when}; that epoch is not recorded"
+                     + (" and will be redone on resume." if epochs_done else "."))
+        elif epochs_done >= self.config.epochs:
+            return None  # the stop came after the last epoch: the run goes on to its export
+        return _finish(self.sink, RunStatus.STOPPED, epochs_done, events, "Stopped by request.")
 
 
 def prepare(config: RunConfig, strategy: tf.distribute.Strategy, log) -> TrainingSetup:

@@ -47,6 +47,11 @@ MESSAGE_TAIL_LINES = 12
 # long to end by itself, then is killed. Waiting for a batch boundary could take minutes
 # (the first step of 64 CPU replicas on 2 cores took 60-80 s to build).
 HARD_STOP_GRACE_S = 2.0
+# A worker that said its last word (RunFinished or RunFailed: everything is saved and
+# flushed) is killed when it has not exited this long after. TensorFlow's teardown can
+# deadlock holding Python's lock (freeing the data pipeline of 64 CPU replicas on 2 cores
+# did), and then the worker's own exit timer (FINAL_EXIT_GRACE_S) never runs.
+AFTER_LAST_WORD_S = 3.5
 
 
 @dataclass(frozen=True)
@@ -201,6 +206,7 @@ class WorkerProcess:
         self._events = None
         self._output_thread: threading.Thread | None = None
         self._hard_stop: threading.Timer | None = None
+        self._last_word: threading.Timer | None = None
         self._killed = False  # by kill(): a stop the user asked for, not a crash
 
     def start(self) -> None:
@@ -252,6 +258,10 @@ class WorkerProcess:
     def _seen(self, event: Event) -> Event:
         if not isinstance(event, BatchEnd):  # a long run sends millions of those
             self.events_seen.append(event)
+        if isinstance(event, RunFinished | RunFailed) and self._last_word is None:
+            self._last_word = threading.Timer(AFTER_LAST_WORD_S, self._end_after_last_word)
+            self._last_word.daemon = True
+            self._last_word.start()
         if self._recorder is not None:
             self._recorder.handle(event)
         return event
@@ -300,6 +310,11 @@ class WorkerProcess:
             _append_line(run_dir.events_jsonl, ended.to_json())
         return self._seen(ended)
 
+    def _end_after_last_word(self) -> None:
+        if self._proc and self._proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._proc.kill()
+
     def kill(self) -> None:
         """End the worker at once; only ever after a stop request, so the run ends as
         stopped (at its last complete epoch), not as a crash."""
@@ -310,8 +325,9 @@ class WorkerProcess:
     def wait(self, timeout: float | None = None) -> int:
         assert self._proc is not None
         code = self._proc.wait(timeout)
-        if self._hard_stop is not None:
-            self._hard_stop.cancel()
+        for timer in (self._hard_stop, self._last_word):
+            if timer is not None:
+                timer.cancel()
         if self._output_thread is not None:
             self._output_thread.join(timeout=5)
         if self._control is not None:
