@@ -1,0 +1,131 @@
+"""A classifier's figures from its predicted probabilities, as the field reports them.
+
+The definitions are scikit-learn's (`confusion_matrix`, `classification_report`)
+so a user can check them there: rows of the confusion matrix are true classes,
+columns predicted; every class of the model is listed, samples or not; a ratio
+whose denominator is 0 (a class never predicted, or with no samples) is 0.0,
+scikit-learn's `zero_division=0`. Top-k counts a sample right when its true
+class is among its k most probable; it is reported from 5 classes on, where it
+says more than top-1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+TOP_K = 5
+
+
+@dataclass(frozen=True)
+class Scores:
+    """Precision, recall and F1 of one class (or their average) over `support` samples."""
+
+    precision: float
+    recall: float
+    f1: float
+    support: int
+
+
+@dataclass(frozen=True)
+class ClassifierMetrics:
+    class_names: tuple[str, ...]
+    confusion_matrix: tuple[tuple[int, ...], ...]  # [true][predicted]
+    per_class: tuple[Scores, ...]
+    macro: Scores
+    weighted: Scores
+    accuracy: float  # top-1
+    top_k: float | None  # top-TOP_K, from TOP_K classes on
+    samples: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> ClassifierMetrics:
+        return cls(
+            class_names=tuple(data["class_names"]),
+            confusion_matrix=tuple(tuple(row) for row in data["confusion_matrix"]),
+            per_class=tuple(Scores(**s) for s in data["per_class"]),
+            macro=Scores(**data["macro"]), weighted=Scores(**data["weighted"]),
+            accuracy=data["accuracy"], top_k=data["top_k"], samples=data["samples"])
+
+    def normalised(self) -> np.ndarray:
+        """The confusion matrix with each row divided by its true class's samples."""
+        counts = np.asarray(self.confusion_matrix, dtype=np.float64)
+        totals = counts.sum(axis=1, keepdims=True)
+        return np.divide(counts, totals, out=np.zeros_like(counts), where=totals > 0)
+
+
+def classifier_metrics(labels: np.ndarray, probabilities: np.ndarray,
+                       class_names: tuple[str, ...] | None = None) -> ClassifierMetrics:
+    """Figures of `probabilities` (samples x classes) against integer `labels`."""
+    labels = np.asarray(labels).reshape(-1).astype(np.int64)
+    probabilities = np.asarray(probabilities)
+    samples, classes = probabilities.shape
+    if len(labels) != samples:
+        raise ValueError(f"{len(labels)} labels for {samples} predictions")
+    names = class_names or tuple(str(i) for i in range(classes))
+    if len(names) != classes:
+        raise ValueError(f"{len(names)} class names for {classes} model outputs")
+    predicted = probabilities.argmax(axis=1)
+    matrix = np.zeros((classes, classes), dtype=np.int64)
+    np.add.at(matrix, (labels, predicted), 1)
+    hits = np.diag(matrix).astype(np.float64)
+    support = matrix.sum(axis=1)
+    precision = _ratio(hits, matrix.sum(axis=0))
+    recall = _ratio(hits, support)
+    f1 = _ratio(2 * precision * recall, precision + recall)
+    per_class = tuple(Scores(float(p), float(r), float(f), int(s))
+                      for p, r, f, s in zip(precision, recall, f1, support, strict=True))
+    weights = support / max(int(support.sum()), 1)
+    return ClassifierMetrics(
+        class_names=tuple(names),
+        confusion_matrix=tuple(tuple(int(v) for v in row) for row in matrix),
+        per_class=per_class,
+        macro=Scores(float(precision.mean()), float(recall.mean()), float(f1.mean()),
+                     int(support.sum())),
+        weighted=Scores(float(precision @ weights), float(recall @ weights),
+                        float(f1 @ weights), int(support.sum())),
+        accuracy=float(hits.sum() / max(samples, 1)),
+        top_k=top_k_accuracy(labels, probabilities) if classes >= TOP_K else None,
+        samples=int(samples),
+    )
+
+
+def top_k_accuracy(labels: np.ndarray, probabilities: np.ndarray, k: int = TOP_K) -> float:
+    """The share of samples whose true class is among their k most probable."""
+    best = np.argpartition(-probabilities, k - 1, axis=1)[:, :k]
+    return float((best == labels.reshape(-1, 1)).any(axis=1).mean())
+
+
+def samples_in_cell(labels: np.ndarray, probabilities: np.ndarray, true: int,
+                    predicted: int) -> np.ndarray:
+    """Indices of the samples of class `true` predicted as `predicted`, the most
+    confident first: in an off-diagonal cell, the worst mistakes lead."""
+    labels = np.asarray(labels).reshape(-1)
+    chosen = np.flatnonzero((labels == true) & (probabilities.argmax(axis=1) == predicted))
+    confidence = probabilities[chosen, predicted]
+    return chosen[np.argsort(-confidence, kind="stable")]
+
+
+@dataclass(frozen=True)
+class RegressionMetrics:
+    """What a model that predicts values (not classes) is judged by."""
+
+    mae: float
+    mse: float
+    samples: int
+
+
+def regression_metrics(targets: np.ndarray, predictions: np.ndarray) -> RegressionMetrics:
+    targets = np.asarray(targets, dtype=np.float64).reshape(len(targets), -1)
+    error = np.asarray(predictions, dtype=np.float64).reshape(targets.shape) - targets
+    return RegressionMetrics(mae=float(np.abs(error).mean()), mse=float((error ** 2).mean()),
+                             samples=len(targets))
+
+
+def _ratio(top: np.ndarray, bottom: np.ndarray) -> np.ndarray:
+    top, bottom = np.asarray(top, dtype=np.float64), np.asarray(bottom, dtype=np.float64)
+    return np.divide(top, bottom, out=np.zeros_like(top), where=bottom > 0)
