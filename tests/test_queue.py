@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import textwrap
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from mgpu_gui.core.devices.nvml import (
 )
 from mgpu_gui.core.devices.telemetry import ProcessInfo
 from mgpu_gui.core.errors import DeviceError, UserError
-from mgpu_gui.core.runs import claims, storedb
+from mgpu_gui.core.runs import claims
 from mgpu_gui.core.runs.claims import DevicesBusyError
 from mgpu_gui.core.runs.queue import JobQueue, JobState, QueuedJob, runner_pid, schedule
 from mgpu_gui.core.runs.store import RunState, RunStore
@@ -133,23 +132,6 @@ def test_a_live_run_holds_its_gpus_until_its_lock_is_released(tmp_path):
     again = prepare_run(RunConfig(output_dir=out, devices=DeviceSelection(gpus=("1",))),
                         FOUR, store)
     again.release()
-
-
-@pytest.mark.parametrize("version", range(1, storedb.SCHEMA_VERSION))
-def test_an_older_store_is_migrated_with_its_runs_kept(tmp_path, version):
-    path = tmp_path / "old.sqlite3"
-    db = sqlite3.connect(path)
-    for script in storedb.MIGRATIONS[:version]:
-        db.executescript(script)
-    db.execute("INSERT INTO runs (run_dir, name, model, data, config, status, epochs, created) "
-               "VALUES ('/x', 'old', 'demo', 'demo', '{}', 'failed', 3, 1.0)")
-    db.execute(f"PRAGMA user_version = {version}")
-    db.commit()
-    db.close()
-    store = RunStore(path)
-    assert [(r.name, r.resume_helps) for r in store.runs()] == [("old", True)]
-    assert store.database.db.execute("PRAGMA user_version").fetchone()[0] == 3
-    assert JobQueue(store).jobs() == []
 
 
 # -- the queue in the store ----------------------------------------------------------------------

@@ -17,6 +17,7 @@ from pathlib import Path
 from mgpu_gui.cli import (
     devices,
     doctor,
+    evaluate,
     export,
     find_batch,
     inspect,
@@ -32,8 +33,8 @@ from mgpu_gui.cli.common import EXIT_FAILED, EXIT_STOPPED, EXIT_USAGE, FLAGS
 from mgpu_gui.core.errors import ConfigError, UserError
 from mgpu_gui.core.runs.storedb import STORE_ENV
 
-SUBCOMMANDS = (train, resume, runs, queue, devices, doctor, export, inspect, unwrap, scale,
-               find_batch, worker)
+SUBCOMMANDS = (train, resume, runs, queue, devices, doctor, export, evaluate, inspect, unwrap,
+               scale, find_batch, worker)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,8 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mgpu-train",
         description="Train a Keras model data-parallel on the chosen GPUs (or CPU replicas).",
         epilog="TensorFlow runs in child processes; what it prints (its start-up messages "
-               "too) goes to the run folder's worker.log, or for export, unwrap and doctor "
-               "to a log file that an error names. --debug shows it in the terminal too.",
+               "too) goes to the run folder's worker.log, or for the other commands "
+               "(export, unwrap, evaluate, doctor, scale, find-batch) to a log file that an "
+               "error names. --debug shows it in the terminal too.",
     )
     parser.add_argument("--debug", action="store_true",
                         help="show tracebacks, and everything the child processes print "

@@ -351,3 +351,33 @@ class DataCheckFailed(Event):
 
 
 EVENT_TYPES.update({cls.type: cls for cls in (DataCheckProgress, DataChecked, DataCheckFailed)})
+
+
+# -- evaluation (processes/evaluator.py, core/tools/evaluate_job.py) ------------------------
+@dataclass(frozen=True)
+class EvaluationProgress(Event):
+    type: ClassVar[str] = "evaluation_progress"
+    done: int  # samples predicted
+    total: int
+
+
+@dataclass(frozen=True)
+class EvaluationDone(Event):
+    """The evaluation's result (an `EvaluationResult` as a dict), and where it was kept."""
+
+    type: ClassVar[str] = "evaluation_done"
+    result: dict
+    path: str | None  # its evaluation.json; None when it was kept nowhere
+
+
+@dataclass(frozen=True)
+class EvaluationFailed(Event):
+    type: ClassVar[str] = "evaluation_failed"
+    message: str
+    error_type: str
+    user_error: bool
+    traceback: str = ""
+
+
+EVENT_TYPES.update({cls.type: cls for cls in (EvaluationProgress, EvaluationDone,
+                                              EvaluationFailed)})

@@ -16,7 +16,6 @@ import argparse
 import json
 import os
 import sys
-import traceback
 from collections.abc import Callable
 
 from mgpu_gui.core.errors import UserError
@@ -24,6 +23,7 @@ from mgpu_gui.core.events import ExportDone, ExportFailed, LogMessage
 from mgpu_gui.core.modelfiles.inspection import inspect_model_file
 from mgpu_gui.core.tools.export_job import ExportMode, ExportRequest
 from mgpu_gui.engine.export import ExportResult, export_file, export_model, random_sample
+from mgpu_gui.processes.failure import failure_of
 
 
 def export(request: ExportRequest, log: Callable[[str], None]) -> ExportResult:
@@ -61,12 +61,8 @@ def main(argv: list[str] | None = None) -> int:
 
         try:
             result = export(request, lambda message: emit(LogMessage(message)))
-        except UserError as error:
-            emit(ExportFailed(str(error), type(error).__name__, user_error=True))
-            return 1
-        except Exception as error:  # a bug: the parent shows it with its traceback
-            emit(ExportFailed(str(error), type(error).__name__, user_error=False,
-                              traceback=traceback.format_exc()))
+        except Exception as error:
+            emit(failure_of(error, ExportFailed))
             return 1
         emit(ExportDone(str(result.path), result.format, result.verified, result.max_abs_diff,
                         None if result.classes_path is None else str(result.classes_path)))

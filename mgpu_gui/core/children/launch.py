@@ -31,6 +31,7 @@ class Child(StrEnum):
     EXPORT_VERIFIER = "mgpu_gui.processes.export_verifier"
     INSPECTOR = "mgpu_gui.processes.inspector"
     DATA_CHECK = "mgpu_gui.processes.data_check"
+    EVALUATOR = "mgpu_gui.processes.evaluator"
 
 
 class UnknownChildError(ValueError):

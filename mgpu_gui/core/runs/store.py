@@ -18,6 +18,7 @@ from pathlib import Path
 
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.errors import UserError
+from mgpu_gui.core.evaluation.result import EvaluationResult, Split
 from mgpu_gui.core.events import (
     BatchEnd,
     EpochEnd,
@@ -181,6 +182,23 @@ class RunStore:
                            (RunState.RUNNING.value, run_id))
 
         retry(update)
+
+    def save_evaluation(self, run_id: int, result: EvaluationResult) -> None:
+        """Keep a run's evaluation; it replaces the earlier one of the same split."""
+        def write() -> None:
+            with self._database.write() as db:
+                db.execute("INSERT OR REPLACE INTO evaluations (run_id, split, result, created) "
+                           "VALUES (?, ?, ?, ?)", (run_id, result.split.value,
+                                                   json.dumps(result.to_dict()), time.time()))
+
+        retry(write)
+
+    def evaluation(self, run_id: int, split: Split | None = None) -> EvaluationResult | None:
+        """A run's evaluation of `split`, else its latest of any split; None: never evaluated."""
+        where, params = ("AND split = ?", (run_id, split.value)) if split else ("", (run_id,))
+        row = self._db.execute(f"SELECT result FROM evaluations WHERE run_id = ? {where} "
+                               "ORDER BY created DESC LIMIT 1", params).fetchone()
+        return None if row is None else EvaluationResult.from_dict(json.loads(row["result"]))
 
     def delete(self, run_id: int) -> None:
         def remove() -> None:

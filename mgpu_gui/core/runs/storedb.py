@@ -95,6 +95,16 @@ MIGRATIONS: tuple[str, ...] = (
     """
     ALTER TABLE runs ADD COLUMN resume_helps INTEGER NOT NULL DEFAULT 1;
     """,
+    # v4: each run's latest evaluation per split (an EvaluationResult as JSON).
+    """
+    CREATE TABLE evaluations (
+        run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        split TEXT NOT NULL,
+        result TEXT NOT NULL,
+        created REAL NOT NULL,
+        PRIMARY KEY (run_id, split)
+    ) WITHOUT ROWID;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

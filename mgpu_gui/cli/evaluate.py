@@ -1,0 +1,136 @@
+"""`mgpu-train evaluate`: how good a trained model is, per class, on every test sample.
+
+TensorFlow runs in the evaluator child (core/tools/evaluate_job.py), never here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from pathlib import Path
+
+from mgpu_gui.cli.common import (
+    EXIT_FAILED,
+    EXIT_STOPPED,
+    EXIT_USAGE,
+    add_store_argument,
+    open_store,
+)
+from mgpu_gui.core.children.runner import cancel_on_interrupt
+from mgpu_gui.core.config import DEMO, DeviceKind, DeviceSelection, RunConfig
+from mgpu_gui.core.devices.nvml import query_inventory
+from mgpu_gui.core.devices.plan import plan_devices
+from mgpu_gui.core.errors import UserError
+from mgpu_gui.core.evaluation import report
+from mgpu_gui.core.evaluation.result import EvaluationResult, Split
+from mgpu_gui.core.events import EvaluationDone
+from mgpu_gui.core.runs.folder import RunDir
+from mgpu_gui.core.tools.evaluate_job import EvaluateJob, EvaluateRequest
+
+MODEL_SUFFIXES = (".keras", ".h5", ".hdf5")
+MATRIX_MAX_CLASSES = 30  # wider than a terminal beyond this: --json or --csv
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "evaluate", help="judge a trained model: per-class precision, recall and F1, the "
+        "confusion matrix, top-1/top-5 and loss, on every test (or validation) sample")
+    p.add_argument("target", help="a run (id, name or folder) or a .keras/.h5 model file")
+    p.add_argument("--data", help="an .npz, an image folder or 'demo' (default: the run's "
+                   "own data; required for a model file)")
+    p.add_argument("--split", choices=[s.value for s in Split],
+                   help="test or val (default: test when the data has one, else validation)")
+    p.add_argument("--cpu", action="store_true", help="predict on CPU replicas")
+    p.add_argument("--replicas", type=int, help="GPUs (the first N) or CPU replicas")
+    p.add_argument("--json", action="store_true",
+                   help="print the whole result as JSON (the sample count, and the confusion "
+                        "matrix under classifier.confusion_matrix, rows = true labels)")
+    p.add_argument("--csv", type=Path, help="write the per-class table to this CSV file "
+                   "(one row per class, then the macro and weighted averages)")
+    add_store_argument(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    request, run_id = _request(args)
+    job = EvaluateJob(request, on_log=None if args.json else print,
+                      on_output=(lambda line: print(line, file=sys.stderr))
+                      if args.debug else None)
+    interrupted = cancel_on_interrupt(job.cancel, "evaluation")
+    outcome = job.run()
+    if interrupted():
+        return EXIT_STOPPED
+    if not isinstance(outcome, EvaluationDone):
+        print(f"error: {outcome.message}", file=sys.stderr)
+        if not outcome.user_error:
+            if outcome.error_type and outcome.traceback:
+                print(outcome.traceback.rstrip() if args.debug else
+                      "This is a bug; run again with --debug for the traceback.",
+                      file=sys.stderr)
+            print(f"The evaluation's full output is in {job.log}", file=sys.stderr)
+        return EXIT_USAGE if outcome.user_error else EXIT_FAILED
+    result = EvaluationResult.from_dict(outcome.result)
+    if run_id is not None and outcome.path is not None:  # the run's own data: its figures
+        with open_store(args) as store:
+            store.save_evaluation(run_id, result)
+    if args.csv is not None and result.classifier is not None:
+        with open(args.csv, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(report.CSV_HEADER)
+            writer.writerows(report.csv_rows(result.classifier))
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+        return 0
+    print(report.summary(result))
+    if result.classifier is not None:
+        print()
+        print(report.class_table(result.classifier))
+        print()
+        if len(result.classifier.class_names) <= MATRIX_MAX_CLASSES:
+            print(report.confusion_text(result.classifier))
+        else:
+            print(f"{len(result.classifier.class_names)} classes: the confusion matrix is in "
+                  "--json (and in evaluation.json when kept).")
+    if outcome.path is not None:
+        print(f"\nKept in {outcome.path}")
+    return 0
+
+
+def _request(args: argparse.Namespace) -> tuple[EvaluateRequest, int | None]:
+    """The model, the data settings and the devices, from a run or a model file; and the
+    run's id in the store, when a run is evaluated."""
+    target = Path(args.target).expanduser()
+    if target.is_file():
+        if target.suffix.lower() not in MODEL_SUFFIXES:
+            raise UserError(f"{target.name} is not a trained model file; give a .keras or .h5 "
+                            "file, or a run.")
+        if args.data is None:
+            raise UserError(f"give the data to evaluate {target.name} on: --data FILE_OR_FOLDER "
+                            "(or --data demo).")
+        model, config, output = target.absolute(), RunConfig(data=args.data), None
+        run_id = None
+    else:
+        with open_store(args) as store:
+            record = store.resolve(args.target)
+        run_id, run_dir = record.id, RunDir(record.run_dir)
+        model = run_dir.trained_model()
+        if model is None:
+            raise UserError(f"the run in {run_dir.path} has no trained model yet (no "
+                            "model.keras, no checkpoints/last.keras).")
+        config = run_dir.read_config()
+        own_data = args.data is None or args.data == config.data
+        config = config.replace(data=args.data or config.data)
+        if not own_data:
+            config = config.replace(validation_data=None)
+        output = run_dir.path if own_data else None  # another data set's figures are not its
+    if args.data is not None and args.data != DEMO:
+        config = config.replace(data=str(Path(args.data).expanduser().absolute()))
+    devices = config.devices
+    if args.cpu or args.replicas is not None:
+        devices = DeviceSelection(kind=DeviceKind.CPU if args.cpu else devices.kind,
+                                  replicas=args.replicas)
+    plan = plan_devices(devices, query_inventory())
+    split = None if args.split is None else Split(args.split)
+    return EvaluateRequest(model, config, plan, split, output), run_id

@@ -1,0 +1,70 @@
+"""One evaluation: which model, which samples, the figures; kept as files of a run folder.
+
+`evaluation.json` holds this result (reopening a run's evaluation reads nothing
+else); the predictions it came from (`evaluation-predictions.npz`: the labels and
+the model's outputs, one row per sample) back the views that list samples.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mgpu_gui.core.evaluation.metrics import ClassifierMetrics, RegressionMetrics
+
+RESULT_FILE = "evaluation.json"
+PREDICTIONS_FILE = "evaluation-predictions.npz"
+
+
+class Split(StrEnum):
+    """Which samples are evaluated: the test set when there is one, else validation."""
+
+    TEST = "test"
+    VALIDATION = "val"
+
+    @property
+    def words(self) -> str:
+        return "test" if self is Split.TEST else "validation"
+
+
+@dataclass(frozen=True)
+class EvaluationResult:
+    model: str  # the model file evaluated
+    data: str  # the data source, as the run (or --data) named it
+    split: Split
+    samples: int  # every sample of the split: none is dropped
+    loss: float | None  # the model's own loss, when it has one
+    classifier: ClassifierMetrics | None = None
+    regression: RegressionMetrics | None = None
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["split"] = self.split.value
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EvaluationResult:
+        classifier, regression = data.get("classifier"), data.get("regression")
+        return cls(
+            model=data["model"], data=data["data"], split=Split(data["split"]),
+            samples=data["samples"], loss=data["loss"],
+            classifier=None if classifier is None else ClassifierMetrics.from_dict(classifier),
+            regression=None if regression is None else RegressionMetrics(**regression),
+            seconds=data.get("seconds", 0.0))
+
+    def save(self, folder: Path, labels: np.ndarray, outputs: np.ndarray) -> Path:
+        """Write the result and its predictions into `folder`; return the result's path."""
+        np.savez(folder / PREDICTIONS_FILE, labels=labels, outputs=outputs)
+        path = folder / RESULT_FILE
+        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, folder: Path) -> EvaluationResult:
+        return cls.from_dict(json.loads((folder / RESULT_FILE).read_text()))

@@ -1,0 +1,103 @@
+"""Evaluate a trained model in a child process: request in, typed events out.
+
+Qt-free and TensorFlow-free, shared by `mgpu-train evaluate` and (later) the
+GUI's Evaluation view. The child, `mgpu_gui.processes.evaluator`, loads the
+model and the data split under the run's devices, predicts every sample and
+sends `EvaluationProgress`, then `EvaluationDone` or `EvaluationFailed`. A child
+that cannot start, dies or is cancelled also ends in an `EvaluationFailed`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mgpu_gui.core.children.launch import Child, module_command
+from mgpu_gui.core.children.runner import ChildProcesses, command_log, died_text
+from mgpu_gui.core.config import RunConfig
+from mgpu_gui.core.devices.plan import DevicePlan
+from mgpu_gui.core.evaluation.result import Split
+from mgpu_gui.core.events import (
+    EvaluationDone,
+    EvaluationFailed,
+    EvaluationProgress,
+    LogMessage,
+    parse_event,
+)
+
+EvaluationOutcome = EvaluationDone | EvaluationFailed
+LOG_NAME = "evaluate"
+
+
+@dataclass(frozen=True)
+class EvaluateRequest:
+    """Which model, on which data (the run's own settings, or ones made for --data)."""
+
+    model: Path
+    config: RunConfig  # data, validation split, seed, image size, rescale, batch
+    plan: DevicePlan
+    split: Split | None = None  # None: the test set when there is one, else validation
+    output: Path | None = None  # folder for evaluation.json and its predictions
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": str(self.model), "config": self.config.to_dict(),
+                "plan": self.plan.to_json(), "split": None if self.split is None
+                else self.split.value, "output": None if self.output is None
+                else str(self.output)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EvaluateRequest:
+        return cls(Path(data["model"]), RunConfig.from_dict(data["config"]),
+                   DevicePlan.from_json(data["plan"]),
+                   None if data["split"] is None else Split(data["split"]),
+                   None if data["output"] is None else Path(data["output"]))
+
+
+def evaluator_command(events_fd: int) -> list[str]:
+    return module_command(Child.EVALUATOR, "--events-fd", str(events_fd))
+
+
+class EvaluateJob:
+    """One evaluator child, run to its end; `cancel()` (any thread) kills it."""
+
+    def __init__(self, request: EvaluateRequest,
+                 on_progress: Callable[[EvaluationProgress], None] | None = None,
+                 on_log: Callable[[str], None] | None = None,
+                 on_output: Callable[[str], None] | None = None):
+        self.request = request
+        self.on_progress = on_progress
+        self.on_log = on_log
+        self.on_output = on_output
+        self._children = ChildProcesses("evaluate-output", command_log(LOG_NAME))
+
+    @property
+    def log(self) -> Path | None:
+        return self._children.log
+
+    def cancel(self) -> None:
+        self._children.cancel()
+
+    def run(self) -> EvaluationOutcome:
+        try:
+            ended = self._children.run(evaluator_command, self.request.to_dict(),
+                                       self.request.plan.env, self._message, self.on_output)
+        except OSError as error:
+            return EvaluationFailed(f"The evaluation could not start: {error}", "", False)
+        if ended is not None and ended.result is not None:
+            return ended.result
+        if ended is None or self._children.cancelled:
+            return EvaluationFailed("The evaluation was cancelled.", "Cancelled", False)
+        how, last = died_text(ended.code, ended.tail, ended.log)
+        return EvaluationFailed(f"The evaluation process {how} before it finished "
+                                f"(a crash, or killed for lack of memory).{last}", "", False)
+
+    def _message(self, message: dict[str, Any]) -> EvaluationOutcome | None:
+        event = parse_event(json.dumps(message))
+        if isinstance(event, EvaluationProgress) and self.on_progress is not None:
+            self.on_progress(event)
+        if isinstance(event, LogMessage) and self.on_log is not None:
+            self.on_log(event.message)
+        return event if isinstance(event, EvaluationDone | EvaluationFailed) else None

@@ -1,0 +1,145 @@
+"""Predict every sample of a split and judge the model by it (inside the evaluator child).
+
+No sample is dropped, unlike training's batches: the part of the split that fills
+whole global batches is predicted under the strategy, the remainder on one device
+in batches of the per-replica size (an empty share on some replica breaks Conv2D
+and BatchNorm, and one device at the per-replica batch fits in memory as training
+did). The figures are computed from the collected outputs (core/evaluation).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from mgpu_gui.core.datasets.inspection import LabelKind
+from mgpu_gui.core.errors import DataError, ModelError
+from mgpu_gui.core.evaluation.metrics import classifier_metrics, regression_metrics
+from mgpu_gui.core.evaluation.result import EvaluationResult, Split
+from mgpu_gui.core.events import EvaluationProgress
+from mgpu_gui.core.runs.preflight import loss_is_classifier
+from mgpu_gui.core.tools.evaluate_job import EvaluateRequest
+from mgpu_gui.engine import models
+from mgpu_gui.engine import pipeline as data_mod
+from mgpu_gui.engine.legacy_compile import describe_loss
+
+PROGRESS_EVERY_S = 0.25
+Log = Callable[[str], None]
+
+
+def evaluate(request: EvaluateRequest, strategy: tf.distribute.Strategy,
+             progress: Callable[[EvaluationProgress], None], log: Log
+             ) -> tuple[EvaluationResult, Path | None]:
+    """The result, and the evaluation.json it was kept in (None: `request.output` unset)."""
+    started = time.monotonic()
+    config = request.config.replace(model=str(request.model), override_compile=False,
+                                    sync_batchnorm=False)
+    prepared = data_mod.load_data(config)
+    split, dataset, samples = _split(prepared, request.split)
+    # What loading says is about training (its optimizer, its compile settings): not here.
+    model = models.load_run_model(config, strategy, input_shape=prepared.input_shape,
+                                  num_classes=prepared.num_classes or 1,
+                                  log=lambda message: None).model
+    if len(model.outputs) != 1:
+        raise ModelError(f"{request.model.name} has {len(model.outputs)} outputs; the "
+                         "evaluation judges models with one output.")
+    labels = np.concatenate(list(dataset.map(lambda x, y: y).batch(4096).as_numpy_iterator()))
+    outputs = predict_every_sample(model, dataset.map(lambda x, y: x), samples,
+                                   config.batch_per_replica, progress)
+    loss = _loss(model, labels, outputs, prepared.label_kind, prepared.num_classes)
+    classifier = loss_is_classifier(describe_loss(model.loss))
+    if classifier is None:
+        classifier = prepared.label_kind is not LabelKind.OTHER
+    result = EvaluationResult(
+        model=str(request.model), data=config.data, split=split, samples=samples, loss=loss,
+        classifier=classifier_metrics(_class_ids(labels, prepared.label_kind), outputs,
+                                      tuple(prepared.class_names) or None) if classifier
+        else None,
+        regression=None if classifier else regression_metrics(labels, outputs),
+        seconds=round(time.monotonic() - started, 3))
+    if not classifier:
+        log("The model does not classify (its loss predicts values): MAE and MSE instead of "
+            "a confusion matrix.")
+    path = None
+    if request.output is not None:
+        path = result.save(request.output, labels, outputs)
+    return result, path
+
+
+def predict_every_sample(model: keras.Model, inputs: tf.data.Dataset, samples: int,
+                         per_replica: int, progress: Callable[[EvaluationProgress], None]
+                         ) -> np.ndarray:
+    """The model's outputs for all `samples` of `inputs` (unbatched), in order."""
+    replicas = model.distribute_strategy.num_replicas_in_sync
+    global_batch = per_replica * replicas
+    whole = samples // global_batch * global_batch
+    reporter = _Progress(progress, global_batch, samples)
+    parts = []
+    if whole:
+        batches = inputs.take(whole).batch(global_batch, drop_remainder=True)
+        parts.append(model.predict(batches, verbose=0, callbacks=[reporter]))
+    for chunk in inputs.skip(whole).batch(per_replica):  # the remainder, on one device
+        parts.append(keras.ops.convert_to_numpy(model(chunk, training=False)))
+    reporter.done(samples)
+    return np.concatenate(parts)[:samples]
+
+
+class _Progress(keras.callbacks.Callback):
+    def __init__(self, emit: Callable[[EvaluationProgress], None], global_batch: int,
+                 total: int):
+        super().__init__()
+        self.emit, self.global_batch, self.total = emit, global_batch, total
+        self._last = 0.0
+
+    def on_predict_batch_end(self, batch, logs=None):
+        now = time.monotonic()
+        if now - self._last >= PROGRESS_EVERY_S:
+            self._last = now
+            self.emit(EvaluationProgress(done=(batch + 1) * self.global_batch, total=self.total))
+
+    def done(self, samples: int) -> None:
+        self.emit(EvaluationProgress(done=samples, total=self.total))
+
+
+def _split(prepared: data_mod.PreparedData, wanted: Split | None
+           ) -> tuple[Split, tf.data.Dataset, int]:
+    available = {Split.TEST: (prepared.test, prepared.test_samples),
+                 Split.VALIDATION: (prepared.val, prepared.val_samples)}
+    order = [wanted] if wanted is not None else [Split.TEST, Split.VALIDATION]
+    for split in order:
+        dataset, samples = available[split]
+        if dataset is not None and samples:
+            return split, dataset, samples
+    if wanted is Split.TEST:
+        raise DataError("the data has no test set (x_test/y_test in an .npz, or the demo's); "
+                        "evaluate the validation split with --split val.")
+    raise DataError("the data has no validation or test samples to evaluate: add "
+                    "x_test/y_test (or x_val/y_val) to the .npz, or give --val-split.")
+
+
+def _class_ids(labels: np.ndarray, kind: LabelKind) -> np.ndarray:
+    if kind is LabelKind.ONEHOT:
+        return labels.argmax(axis=-1)
+    return labels.reshape(len(labels), -1)[:, 0].astype(np.int64)
+
+
+def _loss(model: keras.Model, labels: np.ndarray, outputs: np.ndarray, kind: LabelKind,
+          num_classes: int | None) -> float | None:
+    """The model's own loss over every sample; None when it has none."""
+    loss = getattr(model, "loss", None)
+    if loss is None:
+        return None
+    function = loss if callable(loss) else keras.losses.get(loss)
+    wants_onehot = models.loss_wants_onehot(model)
+    targets = labels
+    if wants_onehot is True and kind is LabelKind.SPARSE and num_classes:
+        targets = np.eye(num_classes, dtype=np.float32)[_class_ids(labels, kind)]
+    elif wants_onehot is False and kind is LabelKind.ONEHOT:
+        targets = labels.argmax(axis=-1)
+    values = keras.ops.convert_to_numpy(function(targets, outputs))
+    return float(np.mean(values))

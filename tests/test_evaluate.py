@@ -1,0 +1,133 @@
+"""`mgpu-train evaluate`: every test sample predicted on 2 CPU replicas, and figures equal
+to scikit-learn's from a plain `keras.models.load_model(...).predict` on the same samples."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+from sklearn.metrics import classification_report, confusion_matrix
+
+from mgpu_gui.cli import main as cli
+from mgpu_gui.core.datasets.inspection import (
+    DEMO_MAX_VALUE,
+    demo_split_indices,
+    load_demo_arrays,
+)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory) -> dict:
+    """A small classifier of the demo digits, trained a little so its predictions are clear,
+    and an .npz whose 101 test samples fill no global batch of 2 replicas."""
+    import keras
+
+    root = tmp_path_factory.mktemp("evaluate")
+    images, labels = load_demo_arrays()
+    x = (images.astype(np.float32) / DEMO_MAX_VALUE)[..., None]
+    y = labels.astype(np.int64)
+    model = keras.Sequential([keras.Input(x.shape[1:]), keras.layers.Flatten(),
+                              keras.layers.Dense(32, activation="relu"),
+                              keras.layers.Dense(10, activation="softmax")])
+    model.compile("adam", "sparse_categorical_crossentropy", metrics=["accuracy"])
+    keras.utils.set_random_seed(0)
+    model.fit(x, y, epochs=3, batch_size=64, verbose=0)
+    path = root / "digits.keras"
+    model.save(path)
+    npz = root / "odd.npz"
+    np.savez(npz, x_train=x[:1000], y_train=y[:1000], x_test=x[1000:1101], y_test=y[1000:1101])
+    _, test = demo_split_indices(len(images))
+    return {"model": path, "npz": npz, "demo_test": (x[test], y[test]),
+            "npz_test": (x[1000:1101], y[1000:1101])}
+
+
+@pytest.mark.parametrize("data", ["demo", "npz"])
+def test_evaluate_json_equals_scikit_learn_on_plain_keras_predict(digits, capsys, tmp_path,
+                                                                  data):
+    import keras
+
+    source = "demo" if data == "demo" else str(digits["npz"])
+    table = tmp_path / "classes.csv"
+    code = cli.main(["evaluate", str(digits["model"]), "--data", source, "--cpu",
+                     "--replicas", "2", "--json", "--csv", str(table)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    result = json.loads(out)
+    x, y = digits[f"{data}_test"]
+    assert result["samples"] == len(y) and result["split"] == "test"
+    probabilities = keras.models.load_model(digits["model"]).predict(x, verbose=0)
+    predicted = probabilities.argmax(axis=1)
+    every = list(range(10))
+    assert result["classifier"]["confusion_matrix"] == confusion_matrix(
+        y, predicted, labels=every).tolist()
+    expected = classification_report(y, predicted, labels=every, output_dict=True,
+                                     zero_division=0)
+    ours = result["classifier"]
+    for index, scores in enumerate(ours["per_class"]):
+        theirs = expected[str(index)]
+        assert [scores["precision"], scores["recall"], scores["f1"], scores["support"]] == (
+            pytest.approx([theirs["precision"], theirs["recall"], theirs["f1-score"],
+                           theirs["support"]], abs=1e-12))
+    assert ours["macro"]["f1"] == pytest.approx(expected["macro avg"]["f1-score"], abs=1e-12)
+    assert ours["weighted"]["f1"] == pytest.approx(expected["weighted avg"]["f1-score"],
+                                                   abs=1e-12)
+    assert ours["accuracy"] == pytest.approx(expected["accuracy"], abs=1e-12)
+    top5 = np.argsort(-probabilities, axis=1)[:, :5]
+    assert ours["top_k"] == pytest.approx(float((top5 == y[:, None]).any(axis=1).mean()))
+    loss = keras.losses.sparse_categorical_crossentropy(y, probabilities)
+    assert result["loss"] == pytest.approx(float(np.mean(loss)), rel=1e-5)
+    with open(table, newline="") as handle:
+        rows = list(csv.reader(handle))
+    assert rows[0] == ["class", "precision", "recall", "f1", "support"]
+    assert [r[0] for r in rows[1:]] == [str(i) for i in every] + ["macro avg", "weighted avg"]
+
+
+def test_evaluate_prints_the_table_and_the_matrix(digits, capsys):
+    code = cli.main(["evaluate", str(digits["model"]), "--data", str(digits["npz"]), "--cpu",
+                     "--replicas", "2"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "on 101 test samples of" in out and "top-5" in out
+    assert "weighted avg" in out
+    assert "Confusion matrix (rows: true class, columns: predicted class)" in out
+
+
+def test_bad_targets_are_refused_with_what_to_do(digits, capsys, tmp_path):
+    assert cli.main(["evaluate", str(digits["model"])]) == 2
+    assert "give the data to evaluate digits.keras on: --data" in capsys.readouterr().err
+    no_test = tmp_path / "no_test.npz"
+    x, y = digits["npz_test"]
+    np.savez(no_test, x_train=x, y_train=y)
+    assert cli.main(["evaluate", str(digits["model"]), "--data", str(no_test),
+                     "--split", "test", "--cpu", "--replicas", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: the data has no test set") and "--split val" in err, err
+    assert "Traceback" not in err
+
+
+def test_a_runs_evaluation_is_kept_in_its_folder(digits, capsys, tmp_path):
+    """A run is evaluated on its own data, on its own settings, and keeps the result."""
+    import shutil
+
+    from mgpu_gui.core.config import RunConfig
+    from mgpu_gui.core.evaluation.result import PREDICTIONS_FILE, EvaluationResult
+    from mgpu_gui.core.runs.folder import create_run_dir
+    from mgpu_gui.core.runs.store import RunStore
+
+    run_dir = create_run_dir(RunConfig(data=str(digits["npz"]), output_dir=str(tmp_path),
+                                       run_name="digits"))
+    shutil.copy(digits["model"], run_dir.export_path("keras"))
+    code = cli.main(["evaluate", str(run_dir.path), "--cpu", "--replicas", "2", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    printed = EvaluationResult.from_dict(json.loads(out))
+    assert EvaluationResult.load(run_dir.path) == printed and printed.samples == 101
+    with RunStore() as store:  # conftest points MGPU_GUI_STORE at this test's own file
+        assert store.evaluation(store.find_dir(run_dir.path).id) == printed
+    kept = np.load(run_dir.path / PREDICTIONS_FILE)
+    assert kept["outputs"].shape == (101, 10) and kept["labels"].tolist() == (
+        digits["npz_test"][1].tolist())

@@ -1,0 +1,64 @@
+"""Every store an earlier release wrote opens in this one with nothing lost
+(`tests/store_files/runs-vN.sqlite3`, one per released schema version)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mgpu_gui.core.evaluation.metrics import ClassifierMetrics, Scores
+from mgpu_gui.core.evaluation.result import EvaluationResult, Split
+from mgpu_gui.core.runs import storedb
+from mgpu_gui.core.runs.queue import JobQueue
+from mgpu_gui.core.runs.store import RunState, RunStore
+
+FILES = Path(__file__).parent / "store_files"
+
+
+def test_there_is_a_store_file_of_every_earlier_version():
+    versions = sorted(int(p.stem.split("-v")[1]) for p in FILES.glob("runs-v*.sqlite3"))
+    assert versions == list(range(1, storedb.SCHEMA_VERSION))
+
+
+@pytest.mark.parametrize("version", range(1, storedb.SCHEMA_VERSION))
+def test_an_earlier_store_opens_with_its_runs_epochs_and_queue(tmp_path, version):
+    path = tmp_path / "runs.sqlite3"
+    shutil.copy(FILES / f"runs-v{version}.sqlite3", path)
+    with RunStore(path) as store:
+        assert store.database.db.execute("PRAGMA user_version").fetchone()[0] == (
+            storedb.SCHEMA_VERSION)
+        runs = {r.name: r for r in store.runs()}
+        assert runs["digits"].status is RunState.COMPLETED and runs["digits"].epochs_done == 2
+        assert store.epoch_numbers(runs["digits"].id) == [0, 1]
+        # A failure recorded before v3 could not say whether resuming helps: it may.
+        assert runs["bad"].resume_helps is (version < 3)
+        assert [j.name for j in JobQueue(store).jobs()] == (["overnight"] if version >= 2
+                                                            else [])
+        assert store.evaluation(runs["digits"].id) is None
+        result = evaluation()
+        store.save_evaluation(runs["digits"].id, result)
+        assert store.evaluation(runs["digits"].id, Split.TEST) == result
+
+
+def test_an_evaluation_replaces_the_earlier_one_of_its_split_and_goes_with_its_run(tmp_path):
+    path = tmp_path / "runs.sqlite3"
+    shutil.copy(FILES / f"runs-v{storedb.SCHEMA_VERSION - 1}.sqlite3", path)
+    with RunStore(path) as store:
+        run_id = next(r.id for r in store.runs() if r.name == "digits")
+        store.save_evaluation(run_id, evaluation(samples=10))
+        store.save_evaluation(run_id, evaluation(samples=20))
+        store.save_evaluation(run_id, evaluation(samples=5, split=Split.VALIDATION))
+        assert store.evaluation(run_id, Split.TEST).samples == 20
+        assert store.evaluation(run_id, Split.VALIDATION).samples == 5
+        store.delete(run_id)
+        assert store.evaluation(run_id) is None
+
+
+def evaluation(samples: int = 4, split: Split = Split.TEST) -> EvaluationResult:
+    scores = Scores(0.5, 0.5, 0.5, samples // 2)
+    return EvaluationResult(
+        model="/runs/model.keras", data="demo", split=split, samples=samples, loss=0.7,
+        classifier=ClassifierMetrics(("a", "b"), ((1, 1), (1, 1)), (scores, scores),
+                                     scores, scores, 0.5, None, samples))
