@@ -29,7 +29,7 @@ from mgpu_gui.core.config import (
     RunConfig,
 )
 from mgpu_gui.core.errors import UserError
-from mgpu_gui.core.events import ExportDone, RunFinished, RunStatus
+from mgpu_gui.core.events import EvaluationFailed, ExportDone, RunFinished, RunStatus
 from mgpu_gui.core.eventtext import finished_line
 from mgpu_gui.core.runs.store import RunRecord, RunStore
 from mgpu_gui.core.runs.storedb import StoreError
@@ -241,6 +241,20 @@ def run_export_job(request: ExportRequest, args: argparse.Namespace) -> int:
         print(outcome.traceback.rstrip() if args.debug else
               "This is a bug; run again with --debug for the traceback.", file=sys.stderr)
     return EXIT_USAGE if outcome.user_error else EXIT_FAILED
+
+
+def say_failed(failed: EvaluationFailed, log: Path | None, debug: bool) -> int:
+    """Why the evaluator child failed, on stderr; the exit code that says whose fault."""
+    print(f"error: {failed.message}", file=sys.stderr)
+    if failed.user_error:
+        return EXIT_USAGE
+    if failed.error_type and failed.traceback:
+        print(failed.traceback.rstrip() if debug else
+              "This is a bug; run again with --debug for the traceback.", file=sys.stderr)
+    if not debug:  # --debug showed the child's output already
+        print(f"The evaluator's full output is in {log}", file=sys.stderr)
+    return EXIT_FAILED
+
 
 
 # -- the run store ---------------------------------------------------------------

@@ -11,13 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from mgpu_gui.cli.common import (
-    EXIT_FAILED,
-    EXIT_STOPPED,
-    EXIT_USAGE,
-    add_store_argument,
-    open_store,
-)
+from mgpu_gui.cli.common import EXIT_STOPPED, add_store_argument, open_store, say_failed
 from mgpu_gui.core.children.runner import cancel_on_interrupt
 from mgpu_gui.core.config import DEMO, DeviceKind, DeviceSelection, RunConfig
 from mgpu_gui.core.devices.nvml import query_inventory
@@ -25,7 +19,7 @@ from mgpu_gui.core.devices.plan import plan_devices
 from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.evaluation import report
 from mgpu_gui.core.evaluation.result import EvaluationResult, Split
-from mgpu_gui.core.events import EvaluationDone
+from mgpu_gui.core.events import EvaluationDone, EvaluationFailed
 from mgpu_gui.core.runs.folder import RunDir
 from mgpu_gui.core.tools.evaluate_job import EvaluateJob, EvaluateRequest
 
@@ -62,15 +56,9 @@ def run(args: argparse.Namespace) -> int:
     outcome = job.run()
     if interrupted():
         return EXIT_STOPPED
-    if not isinstance(outcome, EvaluationDone):
-        print(f"error: {outcome.message}", file=sys.stderr)
-        if not outcome.user_error:
-            if outcome.error_type and outcome.traceback:
-                print(outcome.traceback.rstrip() if args.debug else
-                      "This is a bug; run again with --debug for the traceback.",
-                      file=sys.stderr)
-            print(f"The evaluation's full output is in {job.log}", file=sys.stderr)
-        return EXIT_USAGE if outcome.user_error else EXIT_FAILED
+    if isinstance(outcome, EvaluationFailed):
+        return say_failed(outcome, job.log, args.debug)
+    assert isinstance(outcome, EvaluationDone)
     result = EvaluationResult.from_dict(outcome.result)
     if run_id is not None and outcome.path is not None:  # the run's own data: its figures
         with open_store(args) as store:

@@ -21,6 +21,7 @@ from mgpu_gui.cli import (
     export,
     find_batch,
     inspect,
+    predict,
     queue,
     resume,
     runs,
@@ -33,8 +34,8 @@ from mgpu_gui.cli.common import EXIT_FAILED, EXIT_STOPPED, EXIT_USAGE, FLAGS
 from mgpu_gui.core.errors import ConfigError, UserError
 from mgpu_gui.core.runs.storedb import STORE_ENV
 
-SUBCOMMANDS = (train, resume, runs, queue, devices, doctor, export, evaluate, inspect, unwrap,
-               scale, find_batch, worker)
+SUBCOMMANDS = (train, resume, runs, queue, devices, doctor, export, evaluate, predict, inspect,
+               unwrap, scale, find_batch, worker)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -381,3 +381,15 @@ class EvaluationFailed(Event):
 
 EVENT_TYPES.update({cls.type: cls for cls in (EvaluationProgress, EvaluationDone,
                                               EvaluationFailed)})
+
+
+@dataclass(frozen=True)
+class PredictionsMade(Event):
+    """`predict`'s answer: per file its top classes, or why it could not be read."""
+
+    type: ClassVar[str] = "predictions_made"
+    rows: list  # {"file", "top": [[class, probability], ...], "error"}
+    inputs: str  # what was done to each file, and whether the model's card said so
+
+
+EVENT_TYPES[PredictionsMade.type] = PredictionsMade

@@ -8,10 +8,10 @@ a sample compared with the in-memory model's, and only then renamed over the
 target. A model built under `MirroredStrategy` saves as the plain single-device
 model: the files hold values, not distributed variables.
 
-Class names, when given, go into `<stem>.classes.json` beside a `.keras`/`.h5`
-file, and into `classes.json` inside a SavedModel folder (so the folder moves
-as one unit and is replaced atomically with its model). The file is
-`{"class_names": [...]}`.
+The model's card (core/modelfiles/card.py: its class names and what the
+pipeline did to a sample) goes into `<stem>.classes.json` beside a
+`.keras`/`.h5` file, and into `classes.json` inside a SavedModel folder (so the
+folder moves as one unit and is replaced atomically with its model).
 
 The verifying process loads with `safe_mode=True` unless the user allowed the
 model's Lambda code, and with the same custom-objects file the run used.
@@ -46,6 +46,13 @@ from mgpu_gui.core.children.runner import ChildProcesses, died_text
 from mgpu_gui.core.config import EXPORT_FORMATS
 from mgpu_gui.core.errors import ExportError
 from mgpu_gui.core.events import ExportFailed, ExportReloaded, parse_event
+from mgpu_gui.core.modelfiles.card import (
+    InputRecord,
+    ModelCard,
+    card_path,
+    checked_class_names,
+    read_card,
+)
 from mgpu_gui.core.runs.folder import RunDir
 from mgpu_gui.engine.precision import float32_policies
 
@@ -75,14 +82,6 @@ def default_export_path(run_dir: Path, fmt: str) -> Path:
     return RunDir(Path(run_dir)).export_path(fmt)
 
 
-def classes_path_for(out: Path, fmt: str) -> Path:
-    """Where the class names of the export at `out` live (see the module docstring)."""
-    out = Path(out)
-    if fmt == "savedmodel":
-        return out / "classes.json"
-    return out.with_name(f"{out.stem}.classes.json")
-
-
 def export_model(
     model: Any,
     out: Path,
@@ -90,6 +89,7 @@ def export_model(
     *,
     sample_x: np.ndarray,
     class_names: Sequence[str] | None = None,
+    inputs: InputRecord | None = None,
     verify: bool = True,
     safe_mode: bool = True,
     custom_objects_file: str | Path | None = None,
@@ -105,14 +105,15 @@ def export_model(
     out = Path(out).expanduser().absolute()  # the verifier runs in another folder
     _check_target(out, fmt)
     x = _as_sample(model, sample_x)
-    names = _check_class_names(class_names)
+    names = checked_class_names(class_names)
+    card = ModelCard(tuple(names or ()), inputs) if names is not None or inputs else None
     # A mixed-precision model is exported with every layer in float32: it loads and
     # predicts in float32 anywhere, CPUs without bfloat16/float16 kernels included.
     with float32_policies(model):
-        return _export_model(model, out, fmt, x, names, verify, safe_mode, custom_objects_file)
+        return _export_model(model, out, fmt, x, card, verify, safe_mode, custom_objects_file)
 
 
-def _export_model(model: Any, out: Path, fmt: str, x: np.ndarray, names: list[str] | None,
+def _export_model(model: Any, out: Path, fmt: str, x: np.ndarray, card: ModelCard | None,
                   verify: bool, safe_mode: bool,
                   custom_objects_file: str | Path | None) -> ExportResult:
     reference: list[np.ndarray] = []
@@ -124,8 +125,8 @@ def _export_model(model: Any, out: Path, fmt: str, x: np.ndarray, names: list[st
                 f"The verification sample (shape {x.shape}) does not fit the model: "
                 f"{type(e).__name__}: {e}"
             ) from e
-    if names is not None and reference:
-        _check_classes_match(names, reference[0])
+    if card is not None and card.class_names and reference:
+        _check_classes_match(list(card.class_names), reference[0])
 
     token = secrets.token_hex(4)
     if fmt == "savedmodel":
@@ -136,8 +137,8 @@ def _export_model(model: Any, out: Path, fmt: str, x: np.ndarray, names: list[st
     classes_tmp: Path | None = None
     try:
         _write(model, tmp, fmt)
-        if names is not None:
-            payload = json.dumps({"class_names": names}, indent=2) + "\n"
+        if card is not None:
+            payload = card.to_json()
             if fmt == "savedmodel":
                 (tmp / "classes.json").write_text(payload, encoding="utf-8")
             else:
@@ -150,10 +151,10 @@ def _export_model(model: Any, out: Path, fmt: str, x: np.ndarray, names: list[st
             seconds = time.monotonic() - started
             diff = _compare(reference, reloaded, out)
         _put_in_place(tmp, out, fmt)
-        classes_path = classes_path_for(out, fmt) if names is not None else None
+        classes_path = card_path(out, fmt) if card is not None else None
         if classes_tmp is not None and classes_path is not None:
-            # Without class names an existing classes file is left alone: `model.keras`
-            # and `model.h5` share `model.classes.json`.
+            # Without a card an existing one is left alone: `model.keras` and `model.h5`
+            # share `model.classes.json`.
             os.replace(classes_tmp, classes_path)
     except OSError as e:
         raise ExportError(f"Could not write the {fmt} export to {out}: {e}") from e
@@ -171,13 +172,14 @@ def export_file(
     *,
     sample_x: np.ndarray | None = None,
     class_names: Sequence[str] | None = None,
+    inputs: InputRecord | None = None,
 ) -> ExportResult:
     """Convert a run's `.keras` or `.h5` model to `fmt` (the CLI's `mgpu-train export`).
 
     Loads with `safe_mode=True` and `compile=False`: exporting never runs code
     stored in the file. Without `sample_x`, a deterministic random batch shaped
     like the model's input is used, which checks the file, not the data.
-    Without `class_names`, those of `src` (its `<stem>.classes.json`) carry over.
+    Without `class_names` (or `inputs`), those of `src`'s card carry over.
     """
     src = Path(src).expanduser().absolute()
     _check_format(fmt)
@@ -194,9 +196,10 @@ def export_file(
         raise ExportError(f"Could not load {src}: {type(e).__name__}: {e}") from e
     if sample_x is None:
         sample_x = random_sample(model)
-    if class_names is None:
-        class_names = _read_class_names(classes_path_for(src, "keras"))
-    return export_model(model, out, fmt, sample_x=sample_x, class_names=class_names)
+    card = read_card(card_path(src, "keras")) or ModelCard()
+    return export_model(model, out, fmt, sample_x=sample_x,
+                        class_names=card.class_names if class_names is None else class_names,
+                        inputs=card.inputs if inputs is None else inputs)
 
 
 def random_sample(model: Any, rows: int = 8, seed: int = 0) -> np.ndarray:
@@ -250,30 +253,6 @@ def _check_target(out: Path, fmt: str) -> None:
 
 def _through_file(path: Path) -> bool:
     return any(p.is_file() for p in path.parents)
-
-
-def _read_class_names(path: Path) -> list[str] | None:
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        names = data["class_names"] if isinstance(data, dict) else data
-        if not isinstance(names, list):
-            raise TypeError(f"expected a list, got {type(names).__name__}")
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ExportError(
-            f"Cannot read the class names in {path}: {e}. Fix or delete that file."
-        ) from e
-    return [str(n) for n in names]
-
-
-def _check_class_names(class_names: Sequence[str] | None) -> list[str] | None:
-    if not class_names:  # None or empty (regression data): no classes file
-        return None
-    names = [str(n) for n in class_names]
-    if len(set(names)) != len(names):
-        raise ExportError("Class names must be distinct; the list has duplicates.")
-    return names
 
 
 def _check_classes_match(names: list[str], first_output: np.ndarray) -> None:

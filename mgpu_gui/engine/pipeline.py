@@ -39,6 +39,7 @@ from mgpu_gui.core.datasets.inspection import (
     split_sizes,
 )
 from mgpu_gui.core.errors import DataError
+from mgpu_gui.core.modelfiles.card import ARRAYS, IMAGES, InputRecord
 
 __all__ = ["DataInfo", "DataKind", "LabelKind", "PreparedData", "batch_for_training",
            "inspect_data", "load_data"]
@@ -184,6 +185,14 @@ def load_data(config: RunConfig) -> PreparedData:
         label_kind=stats.kind, label_max=stats.maximum,
         x_sample=to_ds.sample(train if val is None else val), val_source=val_source or "none",
     )
+
+
+def input_record(config: RunConfig, prepared: PreparedData) -> InputRecord:
+    """What this pipeline did to a sample before the model saw it, for the export's card."""
+    if prepared.kind is DataKind.IMAGES:
+        size = tuple(int(s) for s in config.image_size)
+        return InputRecord(IMAGES, (size[0], size[1]), channels=3, rescale=float(config.rescale))
+    return InputRecord(ARRAYS, rescale=float(config.rescale))
 
 
 def _read_source(

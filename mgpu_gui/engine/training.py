@@ -423,6 +423,7 @@ def _export(config: RunConfig, run_dir: RunDir, model: keras.Model,
         where.export_format = fmt
         result = export_model(model, run_dir.export_path(fmt), fmt,
                               sample_x=prepared.x_sample, class_names=prepared.class_names,
+                              inputs=data_mod.input_record(config, prepared),
                               safe_mode=not config.allow_unsafe_code,
                               custom_objects_file=config.custom_objects)
         sink.emit(ModelExported(path=str(result.path), format=result.format,

@@ -1,10 +1,12 @@
-"""Evaluate a trained model in a child process: request in, typed events out.
+"""Evaluate a trained model, or predict image files, in a child process.
 
-Qt-free and TensorFlow-free, shared by `mgpu-train evaluate` and (later) the
-GUI's Evaluation view. The child, `mgpu_gui.processes.evaluator`, loads the
-model and the data split under the run's devices, predicts every sample and
-sends `EvaluationProgress`, then `EvaluationDone` or `EvaluationFailed`. A child
-that cannot start, dies or is cancelled also ends in an `EvaluationFailed`.
+Qt-free and TensorFlow-free, shared by `mgpu-train evaluate|predict` and (later)
+the GUI's Evaluation view. The child, `mgpu_gui.processes.evaluator`, takes an
+`EvaluateRequest` (the model and a data split under the run's devices: every
+sample predicted; `EvaluationProgress`, then `EvaluationDone`) or a
+`PredictRequest` (image files: `PredictionsMade`); it fails with an
+`EvaluationFailed`. A child that cannot start, dies or is cancelled also ends in
+an `EvaluationFailed`.
 """
 
 from __future__ import annotations
@@ -25,10 +27,11 @@ from mgpu_gui.core.events import (
     EvaluationFailed,
     EvaluationProgress,
     LogMessage,
+    PredictionsMade,
     parse_event,
 )
 
-EvaluationOutcome = EvaluationDone | EvaluationFailed
+EvaluationOutcome = EvaluationDone | PredictionsMade | EvaluationFailed
 LOG_NAME = "evaluate"
 
 
@@ -43,7 +46,7 @@ class EvaluateRequest:
     output: Path | None = None  # folder for evaluation.json and its predictions
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": str(self.model), "config": self.config.to_dict(),
+        return {"kind": "evaluate", "model": str(self.model), "config": self.config.to_dict(),
                 "plan": self.plan.to_json(), "split": None if self.split is None
                 else self.split.value, "output": None if self.output is None
                 else str(self.output)}
@@ -56,6 +59,30 @@ class EvaluateRequest:
                    None if data["output"] is None else Path(data["output"]))
 
 
+@dataclass(frozen=True)
+class PredictRequest:
+    """Image files through a model file, as its card says they were prepared."""
+
+    model: Path
+    files: tuple[Path, ...]
+    plan: DevicePlan  # one device: files one by one need no strategy
+    top: int = 5
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "predict", "model": str(self.model), "plan": self.plan.to_json(),
+                "files": [str(f) for f in self.files], "top": self.top}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PredictRequest:
+        return cls(Path(data["model"]), tuple(Path(f) for f in data["files"]),
+                   DevicePlan.from_json(data["plan"]), data["top"])
+
+
+def request_from_dict(data: dict[str, Any]) -> EvaluateRequest | PredictRequest:
+    return PredictRequest.from_dict(data) if data["kind"] == "predict" else (
+        EvaluateRequest.from_dict(data))
+
+
 def evaluator_command(events_fd: int) -> list[str]:
     return module_command(Child.EVALUATOR, "--events-fd", str(events_fd))
 
@@ -63,7 +90,7 @@ def evaluator_command(events_fd: int) -> list[str]:
 class EvaluateJob:
     """One evaluator child, run to its end; `cancel()` (any thread) kills it."""
 
-    def __init__(self, request: EvaluateRequest,
+    def __init__(self, request: EvaluateRequest | PredictRequest,
                  on_progress: Callable[[EvaluationProgress], None] | None = None,
                  on_log: Callable[[str], None] | None = None,
                  on_output: Callable[[str], None] | None = None):
@@ -100,4 +127,5 @@ class EvaluateJob:
             self.on_progress(event)
         if isinstance(event, LogMessage) and self.on_log is not None:
             self.on_log(event.message)
-        return event if isinstance(event, EvaluationDone | EvaluationFailed) else None
+        return event if isinstance(event, EvaluationDone | PredictionsMade | EvaluationFailed) \
+            else None

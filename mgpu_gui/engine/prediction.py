@@ -1,0 +1,84 @@
+"""Image files through a model file, prepared as its card says (inside the evaluator child).
+
+Each file is decoded by the one image module (core.datasets.images, as training
+decoded it), resized with `tf.image.resize` to the recorded size and times the
+recorded rescale: what training's pipeline did. A model without a card
+(exported before cards, or saved elsewhere) gets its input size from its input
+layer and a rescale of 1/255, and the answer says so. A file that cannot be
+read gets its own error row; the others are still predicted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from mgpu_gui.core.datasets.images import decode_image
+from mgpu_gui.core.errors import DataError, ModelError, UserError
+from mgpu_gui.core.events import PredictionsMade
+from mgpu_gui.core.modelfiles.card import IMAGES, InputRecord, ModelCard, card_path, read_card
+from mgpu_gui.core.tools.evaluate_job import PredictRequest
+
+BATCH = 32
+ASSUMED_RESCALE = 1 / 255
+
+
+def predict_files(request: PredictRequest) -> PredictionsMade:
+    try:
+        model = keras.saving.load_model(request.model, compile=False, safe_mode=True)
+    except Exception as error:  # Keras raises many types for a bad file: all "cannot load"
+        raise ModelError(f"could not load {request.model.name}: {type(error).__name__}: "
+                         f"{error}") from error
+    card = read_card(card_path(request.model, "keras")) or ModelCard()
+    inputs, said = _inputs(model, card, request.model)
+    if inputs.kind != IMAGES or inputs.image_size is None:
+        raise DataError(f"{request.model.name} was trained on arrays (an .npz), not image "
+                        "files: predict its samples with `mgpu-train evaluate --data`.")
+    rows: list[dict] = []
+    for start in range(0, len(request.files), BATCH):
+        rows += _predict_batch(model, request.files[start:start + BATCH], inputs, card,
+                               request.top)
+    return PredictionsMade(rows=rows, inputs=said)
+
+
+def prepare_image(path: Path, inputs: InputRecord) -> np.ndarray:
+    """One file as the model's input, as training's pipeline made it."""
+    assert inputs.image_size is not None
+    resized = tf.image.resize(decode_image(path), inputs.image_size)
+    return resized.numpy() * np.float32(inputs.rescale)
+
+
+def _predict_batch(model: keras.Model, files: Sequence[Path], inputs: InputRecord,
+                   card: ModelCard, top: int) -> list[dict]:
+    rows: list[dict] = [{"file": str(f), "top": [], "error": ""} for f in files]
+    ready: list[tuple[int, np.ndarray]] = []
+    for index, path in enumerate(files):
+        try:
+            ready.append((index, prepare_image(path, inputs)))
+        except UserError as error:
+            rows[index]["error"] = str(error)
+    if ready:
+        outputs = keras.ops.convert_to_numpy(model(np.stack([x for _, x in ready]),
+                                                   training=False))
+        names = card.class_names or tuple(str(i) for i in range(outputs.shape[-1]))
+        for (index, _), probabilities in zip(ready, outputs, strict=True):
+            best = np.argsort(-probabilities, kind="stable")[:top]
+            rows[index]["top"] = [[names[i], float(probabilities[i])] for i in best]
+    return rows
+
+
+def _inputs(model: keras.Model, card: ModelCard, path: Path) -> tuple[InputRecord, str]:
+    if card.inputs is not None:
+        return card.inputs, f"{card.inputs.describe()} (as its card records)"
+    shape = tuple(model.inputs[0].shape[1:]) if model.inputs else ()
+    if len(shape) != 3 or shape[0] is None or shape[1] is None:
+        raise ModelError(f"{path.name} has no card saying how its images were prepared, and "
+                         f"its input shape {shape} is not that of images (height, width, "
+                         "channels); export it from its run to write one.")
+    assumed = InputRecord(IMAGES, (int(shape[0]), int(shape[1])), int(shape[2]), ASSUMED_RESCALE)
+    return assumed, (f"{assumed.describe()}: ASSUMED, {path.name} has no card recording how "
+                     "its training prepared images (export it from its run to write one)")
