@@ -54,6 +54,7 @@ from PySide6.QtWidgets import (
 
 from mgpu_gui.core.runs.lock import is_live
 from mgpu_gui.core.runs.store import RunRecord, RunState, RunStore
+from mgpu_gui.gui.dialogs.evaluation import EvaluationDialog
 from mgpu_gui.gui.dialogs.run_compare import ComparedRun, RunCompareDialog
 from mgpu_gui.gui.widgets.focus import return_focus_on_close
 from mgpu_gui.gui.widgets.runs_table import (
@@ -192,6 +193,10 @@ class RunsPanel(QWidget):
         self.compare_action = action(
             "Compare…", "Overlay one metric per epoch of the selected runs in a new window",
             self.compare)
+        self.evaluate_action = action(
+            "Evaluate…", "How good the selected run's model is: per-class figures, the "
+            "confusion matrix and the samples of each cell, on its test (else validation) "
+            "samples", self.evaluate)
         self.resume_action = action(
             "Resume", "Continue the selected run from its last complete epoch, up to the "
             "epochs it asked for", self.request_resume)
@@ -202,6 +207,7 @@ class RunsPanel(QWidget):
             "Delete…", "Delete the selected runs: their folders and history (asks first)",
             self.delete_selected, QKeySequence.StandardKey.Delete)
         self.actions_by_key = {"show": self.show_curves_action, "compare": self.compare_action,
+                               "evaluate": self.evaluate_action,
                                "resume": self.resume_action, "reveal": self.reveal_action,
                                "delete": self.delete_action}
 
@@ -284,6 +290,17 @@ class RunsPanel(QWidget):
         runs = [ComparedRun.from_events(label, self.store.series_events(r.id, batches=False))
                 for label, r in zip(labels, selected, strict=True)]
         dialog = RunCompareDialog(runs, self)
+        self._dialogs.append(dialog)
+        dialog.destroyed.connect(lambda _=None, d=dialog: self._forget_dialog(d))
+        return_focus_on_close(dialog)
+        dialog.show()
+        return dialog
+
+    def evaluate(self) -> EvaluationDialog | None:
+        selected = self.selected_records()
+        if len(selected) != 1 or self.store is None or not selected[0].folder_exists:
+            return None
+        dialog = EvaluationDialog(selected[0], self.store, self)
         self._dialogs.append(dialog)
         dialog.destroyed.connect(lambda _=None, d=dialog: self._forget_dialog(d))
         return_focus_on_close(dialog)
@@ -399,6 +416,8 @@ class RunsPanel(QWidget):
                      "Select one run" if not one else
                      "A run is in progress: the plots show it"),
             "compare": (len(selected) >= 2, "Select two or more runs to compare"),
+            "evaluate": (one and selected[0].folder_exists and selected[0].epochs_done > 0,
+                         "Select one run, with its folder and at least one complete epoch"),
             "resume": (resume_blocker is None, resume_blocker or ""),
             "reveal": (one and selected[0].folder_exists,
                        "Select one run whose folder exists"),

@@ -1,0 +1,281 @@
+"""How good a run's model is: its figures, the confusion matrix, and a cell's samples.
+
+Opened from the Runs tab. A run evaluated before opens at once from the run
+history; otherwise the evaluator child predicts every sample of its test (else
+validation) split, with progress and Cancel, and the result is kept in the
+run's folder and the history. The predictions are read in a background thread
+(they back the list of a cell's samples, most confident mistakes first). A
+model that does not classify gets its MAE and MSE and a residual plot instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import QModelIndex, QObject, QSize, Qt, Signal
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QSplitter,
+    QStackedWidget,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from mgpu_gui.core.devices.nvml import query_inventory
+from mgpu_gui.core.devices.plan import plan_devices
+from mgpu_gui.core.evaluation import report
+from mgpu_gui.core.evaluation.metrics import ClassifierMetrics, samples_in_cell
+from mgpu_gui.core.evaluation.result import PREDICTIONS_FILE, EvaluationResult
+from mgpu_gui.core.events import EvaluationDone, EvaluationFailed, EvaluationProgress
+from mgpu_gui.core.runs.folder import RunDir
+from mgpu_gui.core.runs.store import RunRecord, RunStore
+from mgpu_gui.core.tools.evaluate_job import EvaluateJob, EvaluateRequest
+from mgpu_gui.gui.jobs.child_job import ChildJobRunner
+from mgpu_gui.gui.theme import plot_colors
+from mgpu_gui.gui.widgets.confusion import CellText, ConfusionModel, ConfusionView
+from mgpu_gui.gui.widgets.plots import color_plot
+from mgpu_gui.gui.widgets.runs_table import short_name
+from mgpu_gui.gui.widgets.screen_fit import fit_to_screen
+
+SCORE_COLUMNS = ("Class", "Precision", "Recall", "F1", "Support")
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """An evaluation with the predictions it came from (one row per sample)."""
+
+    result: EvaluationResult
+    labels: np.ndarray
+    outputs: np.ndarray
+    fresh: bool  # evaluated just now: the history keeps it
+
+
+class _Progress(QObject):
+    changed = Signal(int, int)  # samples done, of
+
+
+class EvaluationJob:
+    """Off the GUI thread: the devices (NVML), the evaluator child, the predictions."""
+
+    def __init__(self, run_dir: RunDir, stored: EvaluationResult | None, progress: _Progress):
+        self.run_dir, self.stored, self.progress = run_dir, stored, progress
+        self._job: EvaluateJob | None = None
+        self._cancelled = False
+
+    def run(self) -> Loaded | EvaluationFailed:
+        result = self.stored
+        if result is None:
+            model = self.run_dir.trained_model()
+            if model is None:
+                return EvaluationFailed("This run has no trained model yet: finish at least "
+                                        "one epoch first.", "", True)
+            config = self.run_dir.read_config()
+            request = EvaluateRequest(model, config, plan_devices(config.devices,
+                                                                  query_inventory()),
+                                      output=self.run_dir.path)
+            self._job = EvaluateJob(request, on_progress=self._progress)
+            if self._cancelled:
+                return EvaluationFailed("The evaluation was cancelled.", "Cancelled", False)
+            outcome = self._job.run()
+            if not isinstance(outcome, EvaluationDone):
+                assert isinstance(outcome, EvaluationFailed)
+                return outcome
+            result = EvaluationResult.from_dict(outcome.result)
+        with np.load(self.run_dir.path / PREDICTIONS_FILE) as kept:
+            return Loaded(result, kept["labels"], kept["outputs"], fresh=self.stored is None)
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        if self._job is not None:
+            self._job.cancel()
+
+    def _progress(self, event: EvaluationProgress) -> None:
+        self.progress.changed.emit(event.done, event.total)
+
+
+class EvaluationDialog(QDialog):
+    def __init__(self, record: RunRecord, store: RunStore, parent: QWidget | None = None):
+        super().__init__(parent)
+        self.record, self.store = record, store
+        self.loaded: Loaded | None = None
+        self.setWindowTitle(f"Evaluation of {short_name(record)}")
+        self.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        self.pages = QStackedWidget(self)
+        self.pages.addWidget(self._progress_page())
+        self.results = QWidget(self)
+        self.pages.addWidget(self.results)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.pages)
+        fit_to_screen(self, QSize(1000, 680))
+        self._progress = _Progress(self)
+        self._progress.changed.connect(self._on_progress)
+        self._jobs = ChildJobRunner(self)
+        self._jobs.finished.connect(self._ended)
+        run_dir = RunDir(record.run_dir)
+        stored = store.evaluation(record.id)
+        if stored is not None and not (run_dir.path / PREDICTIONS_FILE).is_file():
+            stored = None  # the folder lost its predictions: evaluate again
+        self.status.setText("Reading the evaluation…" if stored is not None else
+                            "Evaluating every test (else validation) sample in a "
+                            "background process…")
+        self._jobs.start(EvaluationJob(run_dir, stored, self._progress))
+
+    # -- waiting ------------------------------------------------------------------------
+    def _progress_page(self) -> QWidget:
+        page = QWidget(self)
+        self.status = QLabel(page)
+        self.status.setWordWrap(True)
+        self.bar = QProgressBar(page)
+        self.bar.setRange(0, 0)
+        self.bar.setAccessibleName("Evaluation progress")
+        self.cancel_button = QPushButton("Cancel", page)
+        self.cancel_button.clicked.connect(self.close)
+        layout = QVBoxLayout(page)
+        layout.addStretch(1)
+        layout.addWidget(self.status)
+        layout.addWidget(self.bar)
+        row = QHBoxLayout()
+        row.addStretch(1)
+        row.addWidget(self.cancel_button)
+        layout.addLayout(row)
+        layout.addStretch(1)
+        return page
+
+    def _on_progress(self, done: int, total: int) -> None:
+        self.bar.setRange(0, total)
+        self.bar.setValue(done)
+        self.status.setText(f"Predicted {done:,} of {total:,} samples…")
+
+    def _ended(self, outcome: Loaded | EvaluationFailed) -> None:
+        if isinstance(outcome, EvaluationFailed):
+            self.status.setText(f"The evaluation failed: {outcome.message}")
+            self.bar.hide()
+            self.cancel_button.setText("Close")
+            return
+        if outcome.fresh:
+            self.store.save_evaluation(self.record.id, outcome.result)
+        self.loaded = outcome
+        self._fill(outcome)
+        self.pages.setCurrentWidget(self.results)
+
+    def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        self._jobs.shutdown()  # kills a running evaluator child
+        super().closeEvent(event)
+
+    # -- results -----------------------------------------------------------------------
+    def _fill(self, loaded: Loaded) -> None:
+        layout = QVBoxLayout(self.results)
+        summary = QLabel(report.summary(loaded.result), self.results)
+        summary.setWordWrap(True)
+        summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        layout.addWidget(summary)
+        metrics = loaded.result.classifier
+        if metrics is None:
+            layout.addWidget(QLabel("This model does not classify (its loss predicts values): "
+                                    "its mean absolute and squared errors are above, and each "
+                                    "sample's error against its target below.", self.results))
+            layout.addWidget(self._residual_plot(loaded), 1)
+            return
+        splitter = QSplitter(Qt.Orientation.Horizontal, self.results)
+        splitter.addWidget(self._matrix_side(metrics))
+        splitter.addWidget(self._tables_side(metrics))
+        splitter.setStretchFactor(0, 5)
+        splitter.setStretchFactor(1, 4)
+        layout.addWidget(splitter, 1)
+
+    def _matrix_side(self, metrics: ClassifierMetrics) -> QWidget:
+        side = QWidget(self.results)
+        self.cell_text = QComboBox(side)
+        self.cell_text.addItems([t.value for t in CellText])
+        self.cell_text.setAccessibleName("Confusion matrix cells show")
+        self.matrix = ConfusionView(side)
+        self.matrix_model = ConfusionModel(metrics, self.palette())
+        self.matrix.setModel(self.matrix_model)
+        self.cell_text.currentTextChanged.connect(
+            lambda text: self.matrix_model.set_text(CellText(text)))
+        self.matrix.clicked.connect(self.show_cell)
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Confusion matrix (rows: true class, columns: predicted)", side))
+        row.addStretch(1)
+        row.addWidget(self.cell_text)
+        layout = QVBoxLayout(side)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addLayout(row)
+        layout.addWidget(self.matrix, 1)
+        return side
+
+    def _tables_side(self, metrics: ClassifierMetrics) -> QWidget:
+        side = QWidget(self.results)
+        self.scores = _table(side, SCORE_COLUMNS, "Per-class precision, recall, F1, support")
+        rows = report.csv_rows(metrics)
+        self.scores.setRowCount(len(rows))
+        for r, (name, precision, recall, f1, support) in enumerate(rows):
+            for c, value in enumerate((name, f"{precision:.3f}", f"{recall:.3f}", f"{f1:.3f}",
+                                       str(support))):
+                self.scores.setItem(r, c, QTableWidgetItem(value))
+        self.cell_title = QLabel("Click a cell of the matrix to list its samples.", side)
+        self.cell_title.setWordWrap(True)
+        self.samples = _table(side, ("Sample", "True", "Predicted", "Confidence"),
+                              "Samples of the selected cell, most confident first")
+        layout = QVBoxLayout(side)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.scores, 1)
+        layout.addWidget(self.cell_title)
+        layout.addWidget(self.samples, 1)
+        return side
+
+    def show_cell(self, index: QModelIndex) -> None:
+        """List the samples of class `index.row()` predicted as `index.column()`."""
+        assert self.loaded is not None and self.loaded.result.classifier is not None
+        true, predicted = index.row(), index.column()
+        names = self.loaded.result.classifier.class_names
+        probabilities = self.loaded.outputs
+        chosen = samples_in_cell(self.loaded.labels, probabilities, true, predicted)
+        split = self.loaded.result.split.words
+        self.cell_title.setText(
+            f"True {names[true]}, predicted {names[predicted]}: {len(chosen)} sample(s) of "
+            f"the {split} split, most confident first")
+        self.samples.setRowCount(len(chosen))
+        for r, sample in enumerate(chosen):
+            values = (str(int(sample)), names[true], names[predicted],
+                      f"{float(probabilities[sample, predicted]):.1%}")
+            for c, value in enumerate(values):
+                self.samples.setItem(r, c, QTableWidgetItem(value))
+
+    def _residual_plot(self, loaded: Loaded) -> QWidget:
+        targets = loaded.labels.reshape(len(loaded.labels), -1)[:, 0].astype(np.float64)
+        outputs = loaded.outputs.reshape(len(loaded.outputs), -1)[:, 0].astype(np.float64)
+        plot = pg.PlotWidget(self.results)
+        colors = plot_colors(self.palette())
+        color_plot(plot, colors)
+        plot.setLabel("bottom", "target")
+        plot.setLabel("left", "prediction − target")
+        plot.addItem(pg.ScatterPlotItem(targets, outputs - targets, size=5,
+                                        brush=pg.mkBrush(colors.val), pen=None))
+        plot.addLine(y=0, pen=pg.mkPen(colors.axis))
+        plot.setAccessibleName("Residuals: each sample's prediction error against its target")
+        return plot
+
+
+def _table(parent: QWidget, columns: tuple[str, ...], name: str) -> QTableWidget:
+    table = QTableWidget(0, len(columns), parent)
+    table.setHorizontalHeaderLabels(list(columns))
+    table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
+    table.verticalHeader().setVisible(False)
+    table.verticalHeader().setDefaultSectionSize(table.fontMetrics().height() + 6)
+    header = table.horizontalHeader()
+    header.setSectionResizeMode(QHeaderView.ResizeMode.Stretch)
+    header.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)  # names
+    table.setAccessibleName(name)
+    return table
+

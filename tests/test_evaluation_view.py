@@ -1,0 +1,152 @@
+"""The Evaluation view: a stored evaluation opens at once, a cell lists its samples most
+confident first, a regression model gets its residuals, and a fresh evaluation runs in
+the evaluator child (faked here: no TensorFlow) and is kept in the history."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pytest
+
+from mgpu_gui.core.config import RunConfig
+from mgpu_gui.core.evaluation.metrics import classifier_metrics, regression_metrics
+from mgpu_gui.core.evaluation.result import PREDICTIONS_FILE, EvaluationResult, Split
+from mgpu_gui.core.events import EpochEnd
+from mgpu_gui.core.runs.folder import create_run_dir
+from mgpu_gui.core.runs.store import RunRecord, RunStore
+from mgpu_gui.core.tools import evaluate_job
+from mgpu_gui.gui.dialogs.evaluation import EvaluationDialog
+from mgpu_gui.gui.panels.runs import RunsPanel
+
+NAMES = tuple(f"digit {i}" for i in range(10))
+
+
+@pytest.fixture
+def store():
+    with RunStore() as opened:  # conftest points MGPU_GUI_STORE at this test's own file
+        yield opened
+
+
+def a_run(store: RunStore, tmp_path) -> RunRecord:
+    run_dir = create_run_dir(RunConfig(output_dir=str(tmp_path), run_name="digits"))
+    run_id = store.add_run(run_dir, RunConfig(output_dir=str(tmp_path), run_name="digits"))
+    return store.get(run_id)
+
+
+def fixed_predictions() -> tuple[np.ndarray, np.ndarray]:
+    """40 samples: 4 of them true 3 predicted 8, at confidences 0.6, 0.9, 0.7, 0.8."""
+    labels = np.arange(40) % 10
+    outputs = np.full((40, 10), 0.01, dtype=np.float32)
+    outputs[np.arange(40), labels] = 0.9
+    for sample, confidence in zip((3, 13, 23, 33), (0.6, 0.9, 0.7, 0.8), strict=True):
+        outputs[sample] = 0.01
+        outputs[sample, 8] = confidence
+    return labels, outputs
+
+
+def keep(record: RunRecord, store: RunStore, result: EvaluationResult, labels, outputs) -> None:
+    result.save(record.run_dir, labels, outputs)
+    store.save_evaluation(record.id, result)
+
+
+def opened(qtbot, record: RunRecord, store: RunStore) -> EvaluationDialog:
+    dialog = EvaluationDialog(record, store)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    qtbot.waitUntil(lambda: dialog.loaded is not None, timeout=15_000)
+    return dialog
+
+
+def test_a_cell_lists_exactly_its_samples_most_confident_first(qtbot, store, tmp_path):
+    record = a_run(store, tmp_path)
+    labels, outputs = fixed_predictions()
+    result = EvaluationResult("model.keras", "digits.npz", Split.TEST, 40, 0.5,
+                              classifier=classifier_metrics(labels, outputs, NAMES))
+    keep(record, store, result, labels, outputs)
+    dialog = opened(qtbot, record, store)
+    assert dialog.pages.currentWidget() is dialog.results
+    model = dialog.matrix_model
+    assert model.headerData(3, 0x2) == "digit 3" and model.index(3, 8).data() == "4"
+    dialog.matrix.clicked.emit(model.index(3, 8))
+    table = dialog.samples
+    rows = [[table.item(r, c).text() for c in range(4)] for r in range(table.rowCount())]
+    assert rows == [["13", "digit 3", "digit 8", "90.0%"], ["33", "digit 3", "digit 8", "80.0%"],
+                    ["23", "digit 3", "digit 8", "70.0%"], ["3", "digit 3", "digit 8", "60.0%"]]
+    assert "True digit 3, predicted digit 8: 4 sample(s) of the test split" in (
+        dialog.cell_title.text())
+    dialog.cell_text.setCurrentText("Row %")
+    assert model.index(3, 8).data() == "100%" and model.index(4, 4).data() == "100%"
+    assert dialog.scores.rowCount() == 12  # 10 classes, then the two averages
+    assert dialog.scores.item(3, 0).text() == "digit 3" and dialog.scores.item(3, 2).text() \
+        == "0.000"
+
+
+def test_a_regression_model_gets_its_errors_and_residuals(qtbot, store, tmp_path):
+    record = a_run(store, tmp_path)
+    targets = np.linspace(0, 1, 20, dtype=np.float32)
+    outputs = targets + 0.1
+    result = EvaluationResult("model.keras", "values.npz", Split.VALIDATION, 20, 0.01,
+                              regression=regression_metrics(targets, outputs))
+    keep(record, store, result, targets, outputs)
+    dialog = opened(qtbot, record, store)
+    text = " ".join(label.text() for label in dialog.results.findChildren(type(dialog.status)))
+    assert "MAE 0.1" in text and "does not classify" in text
+    assert not hasattr(dialog, "matrix")
+
+
+FAKE_EVALUATOR = """
+import json, os, sys
+import numpy as np
+request = json.loads(sys.stdin.read())
+labels, outputs = np.arange(12) % 3, np.eye(3, dtype=np.float32)[np.arange(12) % 3]
+result = json.loads(sys.argv[2])
+np.savez(os.path.join(request["output"], "evaluation-predictions.npz"), labels=labels,
+         outputs=outputs)
+with os.fdopen(int(sys.argv[1]), "w") as pipe:
+    pipe.write(json.dumps({"type": "evaluation_progress", "done": 6, "total": 12}) + "\\n")
+    pipe.write(json.dumps({"type": "evaluation_done", "result": result, "path": None}) + "\\n")
+"""
+
+
+def test_a_fresh_evaluation_runs_in_the_child_and_is_kept(qtbot, store, tmp_path, monkeypatch):
+    record = a_run(store, tmp_path)
+    (record.run_dir / "model.keras").write_bytes(b"a trained model")
+    labels = np.arange(12) % 3
+    result = EvaluationResult("model.keras", "demo", Split.TEST, 12, 0.1,
+                              classifier=classifier_metrics(labels, np.eye(3)[labels]))
+    monkeypatch.setattr(evaluate_job, "evaluator_command", lambda fd: [
+        sys.executable, "-c", FAKE_EVALUATOR, str(fd), json.dumps(result.to_dict())])
+    seen: list[int] = []
+    dialog = EvaluationDialog(record, store)
+    qtbot.addWidget(dialog)
+    dialog._progress.changed.connect(lambda done, total: seen.append(done))
+    qtbot.waitUntil(lambda: dialog.loaded is not None, timeout=15_000)
+    assert seen == [6] and dialog.bar.maximum() == 12
+    assert store.evaluation(record.id) == result  # kept: the next opening is instant
+    assert (record.run_dir / PREDICTIONS_FILE).is_file()
+
+
+def test_the_runs_tab_opens_it_for_a_run_with_a_complete_epoch(qtbot, store, tmp_path):
+    record = a_run(store, tmp_path)
+    labels, outputs = fixed_predictions()
+    keep(record, store, EvaluationResult("model.keras", "demo", Split.TEST, 40, None,
+                                         classifier=classifier_metrics(labels, outputs)),
+         labels, outputs)
+    panel = RunsPanel(store)
+    qtbot.addWidget(panel)
+    panel.refresh()
+    panel.select_runs([record.id])
+    assert not panel.evaluate_action.isEnabled()  # no complete epoch yet
+    assert "at least one complete epoch" in panel.evaluate_action.toolTip()
+    store.recorder(record.id).handle(EpochEnd(epoch=0, epochs=1, metrics={"loss": 1.0},
+                                             samples_per_s=1.0, duration_s=1.0))
+    panel.refresh()
+    panel.select_runs([record.id])
+    assert panel.evaluate_action.isEnabled()
+    dialog = panel.evaluate()
+    qtbot.waitUntil(lambda: dialog.loaded is not None, timeout=15_000)
+    assert dialog.windowTitle() == "Evaluation of digits"
+    dialog.close()
+    panel.shutdown()
