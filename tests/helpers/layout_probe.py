@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 from PySide6.QtCore import QCoreApplication, QEventLoop, QSettings, Qt, QTimer
 from PySide6.QtWidgets import QApplication, QDialog, QScrollArea, QToolButton, QWidget
 
@@ -34,7 +35,7 @@ GPU_NAMES = ("NVIDIA H100 80GB HBM3",) * 4
 OWN_PID = 4242
 VIEWS = ("window size", "run setup", "GPU panel", "rest of the window", "About",
          "Check my setup", "Train across machines", "Compare runs", "Scaling test",
-         "Find batch size")
+         "Find batch size", "Evaluation")
 
 
 def wait_until(condition: Callable[[], bool], timeout_s: float = 20.0) -> bool:
@@ -216,9 +217,37 @@ def dialogs(window) -> dict[str, Callable[[], QDialog]]:
                 for i in range(4)]
         return RunCompareDialog(runs, window)
 
+    def evaluation() -> QDialog:
+        """20 classes with long names, a cell's samples listed."""
+        from mgpu_gui.core.config import RunConfig
+        from mgpu_gui.core.evaluation.metrics import classifier_metrics
+        from mgpu_gui.core.evaluation.result import EvaluationResult, Split
+        from mgpu_gui.core.runs.folder import create_run_dir
+        from mgpu_gui.core.runs.store import RunStore
+        from mgpu_gui.gui.dialogs.evaluation import EvaluationDialog
+
+        config = RunConfig(output_dir=str(Path(os.environ["MGPU_GUI_STORE"]).parent / "runs"),
+                           run_name="resnet50_multi_gpu_epoch_120")
+        store = RunStore()
+        run_dir = create_run_dir(config)
+        record = store.get(store.add_run(run_dir, config))
+        rng = np.random.default_rng(0)
+        labels = rng.integers(0, 20, 2000)
+        outputs = rng.dirichlet(np.ones(20), 2000)
+        names = tuple(f"class_{i:02d}_with_a_long_folder_name" for i in range(20))
+        result = EvaluationResult(str(run_dir.path / "model.keras"), "/data/images/flowers",
+                                  Split.TEST, 2000, 2.9,
+                                  classifier=classifier_metrics(labels, outputs, names))
+        result.save(run_dir.path, labels, outputs)
+        store.save_evaluation(record.id, result)
+        dialog = EvaluationDialog(record, store, window)
+        wait_until(lambda: dialog.loaded is not None)
+        dialog.show_cell(dialog.matrix_model.index(3, 8))
+        return dialog
+
     return {"About": about, "Check my setup": doctor, "Train across machines": cluster,
             "Compare runs": compare, "Scaling test": window.show_scaling_test,
-            "Find batch size": window.show_batch_finder}
+            "Find batch size": window.show_batch_finder, "Evaluation": evaluation}
 
 
 def main(width: int, height: int) -> dict[str, list[Problem]]:
