@@ -40,7 +40,8 @@ def evaluate(request: EvaluateRequest, strategy: tf.distribute.Strategy,
     config = request.config.replace(model=str(request.model), override_compile=False,
                                     sync_batchnorm=False)
     prepared = data_mod.load_data(config)
-    split, dataset, samples = _split(prepared, request.split)
+    split, dataset, labels = _split(prepared, request.split)
+    samples = len(labels)
     # What loading says is about training (its optimizer, its compile settings): not here.
     model = models.load_run_model(config, strategy, input_shape=prepared.input_shape,
                                   num_classes=prepared.num_classes or 1,
@@ -48,7 +49,6 @@ def evaluate(request: EvaluateRequest, strategy: tf.distribute.Strategy,
     if len(model.outputs) != 1:
         raise ModelError(f"{request.model.name} has {len(model.outputs)} outputs; the "
                          "evaluation judges models with one output.")
-    labels = np.concatenate(list(dataset.map(lambda x, y: y).batch(4096).as_numpy_iterator()))
     outputs = predict_every_sample(model, dataset.map(lambda x, y: x), samples,
                                    config.batch_per_replica, progress)
     loss = _loss(model, labels, outputs, prepared.label_kind, prepared.num_classes)
@@ -107,14 +107,15 @@ class _Progress(keras.callbacks.Callback):
 
 
 def _split(prepared: data_mod.PreparedData, wanted: Split | None
-           ) -> tuple[Split, tf.data.Dataset, int]:
-    available = {Split.TEST: (prepared.test, prepared.test_samples),
-                 Split.VALIDATION: (prepared.val, prepared.val_samples)}
+           ) -> tuple[Split, tf.data.Dataset, np.ndarray]:
+    """The split to evaluate: its dataset and its labels, in order."""
+    available = {Split.TEST: (prepared.test, prepared.test_labels),
+                 Split.VALIDATION: (prepared.val, prepared.val_labels)}
     order = [wanted] if wanted is not None else [Split.TEST, Split.VALIDATION]
     for split in order:
-        dataset, samples = available[split]
-        if dataset is not None and samples:
-            return split, dataset, samples
+        dataset, labels = available[split]
+        if dataset is not None and labels is not None and len(labels):
+            return split, dataset, labels
     if wanted is Split.TEST:
         raise DataError("the data has no test set (x_test/y_test in an .npz, or the demo's); "
                         "evaluate the validation split with --split val.")

@@ -69,6 +69,9 @@ class PreparedData:
     label_max: float | None
     x_sample: np.ndarray
     val_source: str  # where validation came from, for the run log
+    # The labels of `val` and `test` in their order, without decoding a sample (evaluation).
+    val_labels: np.ndarray | None = None
+    test_labels: np.ndarray | None = None
 
 
 # -- batching ------------------------------------------------------------------
@@ -184,6 +187,8 @@ def load_data(config: RunConfig) -> PreparedData:
         input_shape=shape, num_classes=stats.num_classes, class_names=class_names,
         label_kind=stats.kind, label_max=stats.maximum,
         x_sample=to_ds.sample(train if val is None else val), val_source=val_source or "none",
+        val_labels=None if val is None else _labels(val),
+        test_labels=None if test is None else _labels(test),
     )
 
 
@@ -260,8 +265,12 @@ def _len(data: _Split) -> int:
     return len(data.y) if isinstance(data, _Arrays) else len(data.labels)
 
 
+def _labels(data: _Split) -> np.ndarray:
+    return data.y if isinstance(data, _Arrays) else data.labels
+
+
 def _label_stats(parts: list[tuple[_Split, str]]) -> LabelStats:
-    ys = [p.y if isinstance(p, _Arrays) else p.labels for p, _ in parts]
+    ys = [_labels(p) for p, _ in parts]
     return describe_labels(ys, [name for _, name in parts])
 
 
