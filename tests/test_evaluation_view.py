@@ -9,11 +9,12 @@ import sys
 
 import numpy as np
 import pytest
+from PySide6.QtWidgets import QProgressBar
 
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.evaluation.metrics import classifier_metrics, regression_metrics
 from mgpu_gui.core.evaluation.result import PREDICTIONS_FILE, EvaluationResult, Split
-from mgpu_gui.core.events import EpochEnd
+from mgpu_gui.core.events import EpochEnd, PredictionsMade
 from mgpu_gui.core.runs.folder import create_run_dir
 from mgpu_gui.core.runs.store import RunRecord, RunStore
 from mgpu_gui.core.tools import evaluate_job
@@ -78,6 +79,14 @@ def test_a_cell_lists_exactly_its_samples_most_confident_first(qtbot, store, tmp
         dialog.cell_title.text())
     dialog.cell_text.setCurrentText("Row %")
     assert model.index(3, 8).data() == "100%" and model.index(4, 4).data() == "100%"
+    dialog.samples.cellClicked.emit(0, 1)  # the list's first: sample 13
+    assert dialog.try_sample.title.text() == "Sample #13 of the test split (true: digit 3):"
+    bars = [b.accessibleName() for b in dialog.try_sample.findChildren(QProgressBar)]
+    assert bars[:2] == ["digit 8: 90.0%", "digit 0: 1.0%"] and len(bars) == 5
+    dialog._tried(PredictionsMade(rows=[{"file": "/x/owl.png", "top": [["digit 7", 0.75]],
+                                         "error": ""}], inputs="as its card records"))
+    qtbot.waitUntil(lambda: len(dialog.try_sample.findChildren(QProgressBar)) == 1)
+    assert dialog.try_sample.title.text() == "owl.png (as its card records):"
     assert dialog.scores.rowCount() == 12  # 10 classes, then the two averages
     assert dialog.scores.item(3, 0).text() == "digit 3" and dialog.scores.item(3, 2).text() \
         == "0.000"

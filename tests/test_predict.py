@@ -88,3 +88,22 @@ def test_a_bad_file_gets_its_own_error_and_a_bare_model_says_what_it_assumed(
     assert f"{good}: " in out and "%" in out.split(f"{good}: ")[1].splitlines()[0]
     assert f"{broken}: the image {broken} cannot be decoded" in out
     assert "1 of 2 file(s) could not be read" in err and "Traceback" not in out + err
+
+
+def test_try_a_sample_in_the_evaluation_view_gives_the_same_top_k(trained):
+    """The view's "Try a sample" runs the predict child on the run's own model."""
+    import keras
+    import tensorflow as tf
+
+    from mgpu_gui.core.runs.folder import RunDir
+    from mgpu_gui.gui.dialogs.evaluation import TryFileJob
+
+    image = next((trained["root"] / "imgs" / "owl").glob("*.png"))
+    made = TryFileJob(RunDir(trained["model"].parent), image).run()
+    x = tf.image.resize(tf.io.decode_image(image.read_bytes(), channels=3), (16, 16)) / 255
+    probabilities = keras.models.load_model(trained["model"]).predict(x[None], verbose=0)[0]
+    order = np.argsort(-probabilities)
+    assert [name for name, _ in made.rows[0]["top"]] == [["cat", "dog", "owl"][i]
+                                                         for i in order]
+    assert [p for _, p in made.rows[0]["top"]] == pytest.approx(probabilities[order].tolist(),
+                                                                abs=1e-5)

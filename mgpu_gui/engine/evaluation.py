@@ -55,11 +55,12 @@ def evaluate(request: EvaluateRequest, strategy: tf.distribute.Strategy,
     classifier = loss_is_classifier(describe_loss(model.loss))
     if classifier is None:
         classifier = prepared.label_kind is not LabelKind.OTHER
+    # A classifier's labels are kept as class ids, whatever form the data gave them.
+    kept = _class_ids(labels, prepared.label_kind) if classifier else labels
     result = EvaluationResult(
         model=str(request.model), data=config.data, split=split, samples=samples, loss=loss,
-        classifier=classifier_metrics(_class_ids(labels, prepared.label_kind), outputs,
-                                      tuple(prepared.class_names) or None) if classifier
-        else None,
+        classifier=classifier_metrics(kept, outputs, tuple(prepared.class_names) or None)
+        if classifier else None,
         regression=None if classifier else regression_metrics(labels, outputs),
         seconds=round(time.monotonic() - started, 3))
     if not classifier:
@@ -67,7 +68,7 @@ def evaluate(request: EvaluateRequest, strategy: tf.distribute.Strategy,
             "a confusion matrix.")
     path = None
     if request.output is not None:
-        path = result.save(request.output, labels, outputs)
+        path = result.save(request.output, kept, outputs)
     return result, path
 
 

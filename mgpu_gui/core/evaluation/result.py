@@ -1,8 +1,9 @@
 """One evaluation: which model, which samples, the figures; kept as files of a run folder.
 
 `evaluation.json` holds this result (reopening a run's evaluation reads nothing
-else); the predictions it came from (`evaluation-predictions.npz`: the labels and
-the model's outputs, one row per sample) back the views that list samples.
+else); the predictions it came from (`evaluation-predictions.npz`: the labels, as
+class ids for a classifier, and the model's outputs, one row per sample) back the
+views that list samples.
 """
 
 from __future__ import annotations

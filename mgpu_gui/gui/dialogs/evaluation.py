@@ -11,6 +11,7 @@ model that does not classify gets its MAE and MSE and a residual plot instead.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pyqtgraph as pg
@@ -31,21 +32,28 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from mgpu_gui.core.config import DeviceSelection
 from mgpu_gui.core.devices.nvml import query_inventory
 from mgpu_gui.core.devices.plan import plan_devices
 from mgpu_gui.core.evaluation import report
-from mgpu_gui.core.evaluation.metrics import ClassifierMetrics, samples_in_cell
+from mgpu_gui.core.evaluation.metrics import TOP_K, ClassifierMetrics, samples_in_cell
 from mgpu_gui.core.evaluation.result import PREDICTIONS_FILE, EvaluationResult
-from mgpu_gui.core.events import EvaluationDone, EvaluationFailed, EvaluationProgress
+from mgpu_gui.core.events import (
+    EvaluationDone,
+    EvaluationFailed,
+    EvaluationProgress,
+    PredictionsMade,
+)
 from mgpu_gui.core.runs.folder import RunDir
 from mgpu_gui.core.runs.store import RunRecord, RunStore
-from mgpu_gui.core.tools.evaluate_job import EvaluateJob, EvaluateRequest
+from mgpu_gui.core.tools.evaluate_job import EvaluateJob, EvaluateRequest, PredictRequest
 from mgpu_gui.gui.jobs.child_job import ChildJobRunner
 from mgpu_gui.gui.theme import plot_colors
 from mgpu_gui.gui.widgets.confusion import CellText, ConfusionModel, ConfusionView
 from mgpu_gui.gui.widgets.plots import color_plot
 from mgpu_gui.gui.widgets.runs_table import short_name
 from mgpu_gui.gui.widgets.screen_fit import fit_to_screen
+from mgpu_gui.gui.widgets.try_sample import TrySample
 
 SCORE_COLUMNS = ("Class", "Precision", "Recall", "F1", "Support")
 
@@ -103,6 +111,28 @@ class EvaluationJob:
         self.progress.changed.emit(event.done, event.total)
 
 
+class TryFileJob:
+    """Off the GUI thread: one image file through the run's model (the predict child)."""
+
+    def __init__(self, run_dir: RunDir, path: Path):
+        self.run_dir, self.path = run_dir, path
+        self._job: EvaluateJob | None = None
+
+    def run(self) -> PredictionsMade | EvaluationFailed:
+        model = self.run_dir.trained_model()
+        if model is None:
+            return EvaluationFailed("This run has no trained model.", "", True)
+        plan = plan_devices(DeviceSelection(replicas=1), query_inventory())
+        self._job = EvaluateJob(PredictRequest(model, (self.path,), plan, top=TOP_K))
+        outcome = self._job.run()
+        assert not isinstance(outcome, EvaluationDone)
+        return outcome
+
+    def cancel(self) -> None:
+        if self._job is not None:
+            self._job.cancel()
+
+
 class EvaluationDialog(QDialog):
     def __init__(self, record: RunRecord, store: RunStore, parent: QWidget | None = None):
         super().__init__(parent)
@@ -121,6 +151,8 @@ class EvaluationDialog(QDialog):
         self._progress.changed.connect(self._on_progress)
         self._jobs = ChildJobRunner(self)
         self._jobs.finished.connect(self._ended)
+        self._tries = ChildJobRunner(self)
+        self._tries.finished.connect(self._tried)
         run_dir = RunDir(record.run_dir)
         stored = store.evaluation(record.id)
         if stored is not None and not (run_dir.path / PREDICTIONS_FILE).is_file():
@@ -170,6 +202,7 @@ class EvaluationDialog(QDialog):
 
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         self._jobs.shutdown()  # kills a running evaluator child
+        self._tries.shutdown()
         super().closeEvent(event)
 
     # -- results -----------------------------------------------------------------------
@@ -227,12 +260,50 @@ class EvaluationDialog(QDialog):
         self.cell_title.setWordWrap(True)
         self.samples = _table(side, ("Sample", "True", "Predicted", "Confidence"),
                               "Samples of the selected cell, most confident first")
+        assert self.loaded is not None
+        self.try_sample = TrySample(self.loaded.result.samples, side)
+        self.try_sample.file_chosen.connect(self.try_file)
+        self.try_sample.sample_chosen.connect(self.try_number)
+        self.samples.cellClicked.connect(self._listed_sample_clicked)
         layout = QVBoxLayout(side)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.scores, 1)
         layout.addWidget(self.cell_title)
         layout.addWidget(self.samples, 1)
+        layout.addWidget(self.try_sample)
         return side
+
+    def try_file(self, path: Path) -> None:
+        self.try_sample.show_message(f"Predicting {path.name}…")
+        self._tries.start(TryFileJob(RunDir(self.record.run_dir), path))
+
+    def _tried(self, outcome: PredictionsMade | EvaluationFailed) -> None:
+        if isinstance(outcome, EvaluationFailed):
+            self.try_sample.show_message(outcome.message)
+            return
+        row = outcome.rows[0]
+        if row["error"]:
+            self.try_sample.show_message(row["error"])
+            return
+        self.try_sample.show_top(f"{Path(row['file']).name} ({outcome.inputs}):",
+                                 [(name, p) for name, p in row["top"]])
+
+    def _listed_sample_clicked(self, row: int, _column: int) -> None:
+        """A sample of a cell's list: its top classes in "Try a sample"."""
+        sample = int(self.samples.item(row, 0).text())
+        self.try_sample.number.setValue(sample)
+        self.try_number(sample)
+
+    def try_number(self, sample: int) -> None:
+        """A sample of the evaluated split: its top classes from the kept predictions."""
+        assert self.loaded is not None and self.loaded.result.classifier is not None
+        names = self.loaded.result.classifier.class_names
+        probabilities = self.loaded.outputs[sample]
+        best = np.argsort(-probabilities, kind="stable")[:TOP_K]
+        true = names[int(self.loaded.labels[sample])]
+        self.try_sample.show_top(
+            f"Sample #{sample} of the {self.loaded.result.split.words} split (true: {true}):",
+            [(names[i], float(probabilities[i])) for i in best])
 
     def show_cell(self, index: QModelIndex) -> None:
         """List the samples of class `index.row()` predicted as `index.column()`."""
