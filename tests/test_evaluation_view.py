@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ from mgpu_gui.core.events import EpochEnd, PredictionsMade
 from mgpu_gui.core.runs.folder import create_run_dir
 from mgpu_gui.core.runs.store import RunRecord, RunStore
 from mgpu_gui.core.tools import evaluate_job
-from mgpu_gui.gui.dialogs.evaluation import EvaluationDialog
+from mgpu_gui.gui.dialogs.evaluation import EvaluationDialog, Subject
 from mgpu_gui.gui.panels.runs import RunsPanel
 
 NAMES = tuple(f"digit {i}" for i in range(10))
@@ -53,7 +54,7 @@ def keep(record: RunRecord, store: RunStore, result: EvaluationResult, labels, o
 
 
 def opened(qtbot, record: RunRecord, store: RunStore) -> EvaluationDialog:
-    dialog = EvaluationDialog(record, store)
+    dialog = EvaluationDialog(Subject.of_run(record), store)
     qtbot.addWidget(dialog)
     dialog.show()
     qtbot.waitUntil(lambda: dialog.loaded is not None, timeout=15_000)
@@ -128,7 +129,7 @@ def test_a_fresh_evaluation_runs_in_the_child_and_is_kept(qtbot, store, tmp_path
     monkeypatch.setattr(evaluate_job, "evaluator_command", lambda fd: [
         sys.executable, "-c", FAKE_EVALUATOR, str(fd), json.dumps(result.to_dict())])
     seen: list[int] = []
-    dialog = EvaluationDialog(record, store)
+    dialog = EvaluationDialog(Subject.of_run(record), store)
     qtbot.addWidget(dialog)
     dialog._progress.changed.connect(lambda done, total: seen.append(done))
     qtbot.waitUntil(lambda: dialog.loaded is not None, timeout=15_000)
@@ -159,3 +160,29 @@ def test_the_runs_tab_opens_it_for_a_run_with_a_complete_epoch(qtbot, store, tmp
     assert dialog.windowTitle() == "Evaluation of digits"
     dialog.close()
     panel.shutdown()
+
+
+def test_the_run_menu_evaluates_the_chosen_model_file_on_the_chosen_data(
+        qtbot, window, tmp_path, monkeypatch):
+    """No run: the result lives in a temporary folder, gone with the view."""
+    assert window.evaluate_model_file() is None  # the demo model is no trained file
+    assert "choose a trained .keras or .h5 file in Model" in window.banner.message.text()
+    model, data = tmp_path / "net.keras", tmp_path / "d.npz"
+    model.write_bytes(b"a trained model")
+    labels = np.arange(12) % 3
+    np.savez(data, x_train=np.zeros((12, 4), np.float32), y_train=labels)
+    result = EvaluationResult(str(model), str(data), Split.VALIDATION, 12, 0.1,
+                              classifier=classifier_metrics(labels, np.eye(3)[labels]))
+    monkeypatch.setattr(evaluate_job, "evaluator_command", lambda fd: [
+        sys.executable, "-c", FAKE_EVALUATOR, str(fd), json.dumps(result.to_dict())])
+    window.run_setup.set_model_path(model)
+    window.run_setup.set_data_path(data)
+    dialog = window.evaluate_model_file()
+    qtbot.waitUntil(lambda: dialog.loaded is not None, timeout=15_000)
+    assert dialog.windowTitle() == "Evaluation of net.keras on d.npz"
+    scratch = Path(dialog._scratch.name)
+    assert (scratch / PREDICTIONS_FILE).is_file()
+    with RunStore() as store:
+        assert store.runs() == []  # nothing recorded: no run
+    dialog.close()
+    qtbot.waitUntil(lambda: not scratch.exists())

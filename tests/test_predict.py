@@ -96,10 +96,10 @@ def test_try_a_sample_in_the_evaluation_view_gives_the_same_top_k(trained):
     import tensorflow as tf
 
     from mgpu_gui.core.runs.folder import RunDir
-    from mgpu_gui.gui.dialogs.evaluation import TryFileJob
+    from mgpu_gui.gui.dialogs.evaluation import Subject, TryFileJob
 
     image = next((trained["root"] / "imgs" / "owl").glob("*.png"))
-    made = TryFileJob(RunDir(trained["model"].parent), image).run()
+    made = TryFileJob(Subject("run", RunDir(trained["model"].parent)), image).run()
     x = tf.image.resize(tf.io.decode_image(image.read_bytes(), channels=3), (16, 16)) / 255
     probabilities = keras.models.load_model(trained["model"]).predict(x[None], verbose=0)[0]
     order = np.argsort(-probabilities)

@@ -147,6 +147,10 @@ class MainWindow(ToolDialogs, RunHistory, ExportActions, QMainWindow):
         self.batch_action = action(
             "Find &batch size…", "Ctrl+Shift+B", self.show_batch_finder,
             "Try growing batches per GPU in short-lived processes: the largest that fits")
+        self.evaluate_action = action(
+            "&Evaluate the model file…", "Ctrl+Shift+E", self.evaluate_model_file,
+            "The trained model chosen in Model on the data chosen in Data: per-class figures "
+            "and the confusion matrix")
         self.doctor_action = QAction("&Check my setup…", self)
         self.doctor_action.setStatusTip("Compare what the NVIDIA driver, CUDA, TensorFlow and "
                                         "NCCL say, and what to fix when they disagree")
@@ -170,6 +174,7 @@ class MainWindow(ToolDialogs, RunHistory, ExportActions, QMainWindow):
         run_menu.addSeparator()
         run_menu.addAction(self.scaling_action)
         run_menu.addAction(self.batch_action)
+        run_menu.addAction(self.evaluate_action)
         help_menu = bar.addMenu("&Help")
         help_menu.addAction(self.doctor_action)
         help_menu.addAction(self.about_action)

@@ -1,5 +1,5 @@
 """The main window's tool dialogs: About, Check my setup, the scaling test, the batch
-finder and Train across machines.
+finder, Train across machines and the evaluation of a model file.
 
 A mixin of `MainWindow`, kept apart so the window module holds the panels and the
 run; it uses the window's `telemetry`, `run_setup`, `gpu_panel`, `controller`,
@@ -10,6 +10,7 @@ named for it (`about_dialog`, ...), None while closed.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtWidgets import QDialog
@@ -24,9 +25,11 @@ if TYPE_CHECKING:
     from mgpu_gui.gui.dialogs.batch_finder import BatchFinderDialog
     from mgpu_gui.gui.dialogs.cluster import ClusterDialog
     from mgpu_gui.gui.dialogs.doctor import DoctorDialog
+    from mgpu_gui.gui.dialogs.evaluation import EvaluationDialog
     from mgpu_gui.gui.dialogs.scaling import ScalingDialog
 
-DIALOGS = ("about_dialog", "doctor_dialog", "scaling_dialog", "batch_dialog", "cluster_dialog")
+DIALOGS = ("about_dialog", "doctor_dialog", "scaling_dialog", "batch_dialog", "cluster_dialog",
+           "evaluation_dialog")
 
 
 class ToolDialogs:
@@ -35,6 +38,7 @@ class ToolDialogs:
     scaling_dialog: ScalingDialog | None = None
     batch_dialog: BatchFinderDialog | None = None
     cluster_dialog: ClusterDialog | None = None
+    evaluation_dialog: EvaluationDialog | None = None
 
     def close_dialogs(self) -> None:
         """For the window's close: each dialog's child process (TensorFlow) ends with it."""
@@ -104,6 +108,22 @@ class ToolDialogs:
         self.log.append_message(
             "Starting as the chief of a multi-worker run; on each other machine run:\n"
             + dialog.commands.toPlainText())
+
+    def evaluate_model_file(self) -> EvaluationDialog | None:
+        """The run setup's trained model file on its data, in the Evaluation view."""
+        config = self._current_config()
+        if Path(config.model).suffix.lower() not in (".keras", ".h5", ".hdf5"):
+            self.banner.show_error(
+                "Evaluate the model file: choose a trained .keras or .h5 file in Model first "
+                "(a run's own model: Evaluate… in the Runs tab).")
+            return None
+
+        def make() -> EvaluationDialog:
+            from mgpu_gui.gui.dialogs.evaluation import EvaluationDialog, Subject
+
+            return EvaluationDialog(Subject.of_files(config), None, self)
+
+        return self._show_dialog("evaluation_dialog", make, fresh=True)
 
     def _current_config(self) -> RunConfig:
         return self.run_setup.build_config(self.gpu_panel.device_selection())

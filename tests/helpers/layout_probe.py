@@ -224,7 +224,7 @@ def dialogs(window) -> dict[str, Callable[[], QDialog]]:
         from mgpu_gui.core.evaluation.result import EvaluationResult, Split
         from mgpu_gui.core.runs.folder import create_run_dir
         from mgpu_gui.core.runs.store import RunStore
-        from mgpu_gui.gui.dialogs.evaluation import EvaluationDialog
+        from mgpu_gui.gui.dialogs.evaluation import EvaluationDialog, Subject
 
         config = RunConfig(output_dir=str(Path(os.environ["MGPU_GUI_STORE"]).parent / "runs"),
                            run_name="resnet50_multi_gpu_epoch_120")
@@ -240,7 +240,7 @@ def dialogs(window) -> dict[str, Callable[[], QDialog]]:
                                   classifier=classifier_metrics(labels, outputs, names))
         result.save(run_dir.path, labels, outputs)
         store.save_evaluation(record.id, result)
-        dialog = EvaluationDialog(record, store, window)
+        dialog = EvaluationDialog(Subject.of_run(record), store, window)
         wait_until(lambda: dialog.loaded is not None)
         dialog.show_cell(dialog.matrix_model.index(3, 8))
         return dialog

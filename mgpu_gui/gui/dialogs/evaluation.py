@@ -10,6 +10,7 @@ model that does not classify gets its MAE and MSE and a residual plot instead.
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +33,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mgpu_gui.core.config import DeviceSelection
+from mgpu_gui.core.config import DeviceSelection, RunConfig
 from mgpu_gui.core.devices.nvml import query_inventory
 from mgpu_gui.core.devices.plan import plan_devices
 from mgpu_gui.core.evaluation import report
@@ -68,6 +69,41 @@ class Loaded:
     fresh: bool  # evaluated just now: the history keeps it
 
 
+@dataclass(frozen=True)
+class Subject:
+    """What is evaluated: a run (its model, its own data settings; the result is kept in
+    its folder and its history row), or a model file on data the user picked (kept only
+    while the view is open)."""
+
+    title: str
+    run_dir: RunDir | None = None
+    run_id: int | None = None
+    model_file: Path | None = None
+    settings: RunConfig | None = None  # a model file's: the data and how to read it
+
+    @classmethod
+    def of_run(cls, record: RunRecord) -> Subject:
+        return cls(short_name(record), RunDir(record.run_dir), record.id)
+
+    @classmethod
+    def of_files(cls, settings: RunConfig) -> Subject:
+        """The run setup's model file on its data, read with its settings."""
+        model = Path(settings.model)
+        return cls(f"{model.name} on {Path(settings.data).name}", model_file=model,
+                   settings=settings)
+
+    def model(self) -> Path | None:
+        """The model file (a run's: a file system look, so off the GUI thread)."""
+        return self.run_dir.trained_model() if self.run_dir is not None else self.model_file
+
+    def config(self) -> RunConfig:
+        """The data settings (a run's config.json: off the GUI thread)."""
+        if self.run_dir is not None:
+            return self.run_dir.read_config()
+        assert self.settings is not None
+        return self.settings
+
+
 class _Progress(QObject):
     changed = Signal(int, int)  # samples done, of
 
@@ -75,22 +111,23 @@ class _Progress(QObject):
 class EvaluationJob:
     """Off the GUI thread: the devices (NVML), the evaluator child, the predictions."""
 
-    def __init__(self, run_dir: RunDir, stored: EvaluationResult | None, progress: _Progress):
-        self.run_dir, self.stored, self.progress = run_dir, stored, progress
+    def __init__(self, subject: Subject, folder: Path, stored: EvaluationResult | None,
+                 progress: _Progress):
+        self.subject, self.folder, self.stored, self.progress = subject, folder, stored, progress
         self._job: EvaluateJob | None = None
         self._cancelled = False
 
     def run(self) -> Loaded | EvaluationFailed:
         result = self.stored
         if result is None:
-            model = self.run_dir.trained_model()
+            model = self.subject.model()
             if model is None:
                 return EvaluationFailed("This run has no trained model yet: finish at least "
                                         "one epoch first.", "", True)
-            config = self.run_dir.read_config()
+            config = self.subject.config()
             request = EvaluateRequest(model, config, plan_devices(config.devices,
                                                                   query_inventory()),
-                                      output=self.run_dir.path)
+                                      output=self.folder)
             self._job = EvaluateJob(request, on_progress=self._progress)
             if self._cancelled:
                 return EvaluationFailed("The evaluation was cancelled.", "Cancelled", False)
@@ -99,7 +136,7 @@ class EvaluationJob:
                 assert isinstance(outcome, EvaluationFailed)
                 return outcome
             result = EvaluationResult.from_dict(outcome.result)
-        with np.load(self.run_dir.path / PREDICTIONS_FILE) as kept:
+        with np.load(self.folder / PREDICTIONS_FILE) as kept:
             return Loaded(result, kept["labels"], kept["outputs"], fresh=self.stored is None)
 
     def cancel(self) -> None:
@@ -112,14 +149,14 @@ class EvaluationJob:
 
 
 class TryFileJob:
-    """Off the GUI thread: one image file through the run's model (the predict child)."""
+    """Off the GUI thread: one image file through the model (the predict child)."""
 
-    def __init__(self, run_dir: RunDir, path: Path):
-        self.run_dir, self.path = run_dir, path
+    def __init__(self, subject: Subject, path: Path):
+        self.subject, self.path = subject, path
         self._job: EvaluateJob | None = None
 
     def run(self) -> PredictionsMade | EvaluationFailed:
-        model = self.run_dir.trained_model()
+        model = self.subject.model()
         if model is None:
             return EvaluationFailed("This run has no trained model.", "", True)
         plan = plan_devices(DeviceSelection(replicas=1), query_inventory())
@@ -134,11 +171,14 @@ class TryFileJob:
 
 
 class EvaluationDialog(QDialog):
-    def __init__(self, record: RunRecord, store: RunStore, parent: QWidget | None = None):
+    def __init__(self, subject: Subject, store: RunStore | None = None,
+                 parent: QWidget | None = None):
+        """A run's subject keeps its result in its folder and in `store`; a model file's
+        in a temporary folder, gone with the view."""
         super().__init__(parent)
-        self.record, self.store = record, store
+        self.subject, self.store = subject, store
         self.loaded: Loaded | None = None
-        self.setWindowTitle(f"Evaluation of {short_name(record)}")
+        self.setWindowTitle(f"Evaluation of {subject.title}")
         self.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         self.pages = QStackedWidget(self)
         self.pages.addWidget(self._progress_page())
@@ -153,14 +193,21 @@ class EvaluationDialog(QDialog):
         self._jobs.finished.connect(self._ended)
         self._tries = ChildJobRunner(self)
         self._tries.finished.connect(self._tried)
-        run_dir = RunDir(record.run_dir)
-        stored = store.evaluation(record.id)
-        if stored is not None and not (run_dir.path / PREDICTIONS_FILE).is_file():
-            stored = None  # the folder lost its predictions: evaluate again
+        stored = None
+        if subject.run_dir is not None:
+            folder = subject.run_dir.path
+            if store is not None and subject.run_id is not None:
+                stored = store.evaluation(subject.run_id)
+            if stored is not None and not (folder / PREDICTIONS_FILE).is_file():
+                stored = None  # the folder lost its predictions: evaluate again
+        else:
+            self._scratch = tempfile.TemporaryDirectory(prefix="mgpu-evaluation-")
+            folder = Path(self._scratch.name)
+            self.destroyed.connect(self._scratch.cleanup)
         self.status.setText("Reading the evaluation…" if stored is not None else
                             "Evaluating every test (else validation) sample in a "
                             "background process…")
-        self._jobs.start(EvaluationJob(run_dir, stored, self._progress))
+        self._jobs.start(EvaluationJob(subject, folder, stored, self._progress))
 
     # -- waiting ------------------------------------------------------------------------
     def _progress_page(self) -> QWidget:
@@ -194,8 +241,8 @@ class EvaluationDialog(QDialog):
             self.bar.hide()
             self.cancel_button.setText("Close")
             return
-        if outcome.fresh:
-            self.store.save_evaluation(self.record.id, outcome.result)
+        if outcome.fresh and self.store is not None and self.subject.run_id is not None:
+            self.store.save_evaluation(self.subject.run_id, outcome.result)
         self.loaded = outcome
         self._fill(outcome)
         self.pages.setCurrentWidget(self.results)
@@ -275,7 +322,7 @@ class EvaluationDialog(QDialog):
 
     def try_file(self, path: Path) -> None:
         self.try_sample.show_message(f"Predicting {path.name}…")
-        self._tries.start(TryFileJob(RunDir(self.record.run_dir), path))
+        self._tries.start(TryFileJob(self.subject, path))
 
     def _tried(self, outcome: PredictionsMade | EvaluationFailed) -> None:
         if isinstance(outcome, EvaluationFailed):

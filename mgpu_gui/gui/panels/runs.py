@@ -54,7 +54,7 @@ from PySide6.QtWidgets import (
 
 from mgpu_gui.core.runs.lock import is_live
 from mgpu_gui.core.runs.store import RunRecord, RunState, RunStore
-from mgpu_gui.gui.dialogs.evaluation import EvaluationDialog
+from mgpu_gui.gui.dialogs.evaluation import EvaluationDialog, Subject
 from mgpu_gui.gui.dialogs.run_compare import ComparedRun, RunCompareDialog
 from mgpu_gui.gui.widgets.focus import return_focus_on_close
 from mgpu_gui.gui.widgets.runs_table import (
@@ -300,7 +300,7 @@ class RunsPanel(QWidget):
         selected = self.selected_records()
         if len(selected) != 1 or self.store is None or not selected[0].folder_exists:
             return None
-        dialog = EvaluationDialog(selected[0], self.store, self)
+        dialog = EvaluationDialog(Subject.of_run(selected[0]), self.store, self)
         self._dialogs.append(dialog)
         dialog.destroyed.connect(lambda _=None, d=dialog: self._forget_dialog(d))
         return_focus_on_close(dialog)
