@@ -12,13 +12,14 @@ import sys
 from pathlib import Path
 
 from mgpu_gui.cli.common import EXIT_STOPPED, add_store_argument, open_store, say_failed
+from mgpu_gui.core.children.inspector import file_inspector
 from mgpu_gui.core.children.runner import cancel_on_interrupt
 from mgpu_gui.core.config import DEMO, DeviceKind, DeviceSelection, RunConfig
 from mgpu_gui.core.devices.nvml import query_inventory
 from mgpu_gui.core.devices.plan import plan_devices
 from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.evaluation import report
-from mgpu_gui.core.evaluation.result import EvaluationResult, Split
+from mgpu_gui.core.evaluation.result import EvaluationResult, Split, choose_split
 from mgpu_gui.core.events import EvaluationDone, EvaluationFailed
 from mgpu_gui.core.runs.folder import RunDir
 from mgpu_gui.core.tools.evaluate_job import EvaluateJob, EvaluateRequest
@@ -119,6 +120,10 @@ def _request(args: argparse.Namespace) -> tuple[EvaluateRequest, int | None]:
     if args.cpu or args.replicas is not None:
         devices = DeviceSelection(kind=DeviceKind.CPU if args.cpu else devices.kind,
                                   replicas=args.replicas)
-    plan = plan_devices(devices, query_inventory())
     split = None if args.split is None else Split(args.split)
+    if config.validation_data is None:  # bad data refused before the evaluator starts
+        info = file_inspector().inspect_data(config.data, image_size=config.image_size)
+        _, val, test = info.split_counts(config.validation_split)
+        choose_split(split, val, test)
+    plan = plan_devices(devices, query_inventory())
     return EvaluateRequest(model, config, plan, split, output), run_id

@@ -18,9 +18,9 @@ import numpy as np
 import tensorflow as tf
 
 from mgpu_gui.core.datasets.inspection import LabelKind
-from mgpu_gui.core.errors import DataError, ModelError
+from mgpu_gui.core.errors import ModelError
 from mgpu_gui.core.evaluation.metrics import classifier_metrics, regression_metrics
-from mgpu_gui.core.evaluation.result import EvaluationResult, Split
+from mgpu_gui.core.evaluation.result import EvaluationResult, Split, choose_split
 from mgpu_gui.core.events import EvaluationProgress
 from mgpu_gui.core.runs.preflight import loss_is_classifier
 from mgpu_gui.core.tools.evaluate_job import EvaluateRequest
@@ -110,18 +110,13 @@ class _Progress(keras.callbacks.Callback):
 def _split(prepared: data_mod.PreparedData, wanted: Split | None
            ) -> tuple[Split, tf.data.Dataset, np.ndarray]:
     """The split to evaluate: its dataset and its labels, in order."""
-    available = {Split.TEST: (prepared.test, prepared.test_labels),
-                 Split.VALIDATION: (prepared.val, prepared.val_labels)}
-    order = [wanted] if wanted is not None else [Split.TEST, Split.VALIDATION]
-    for split in order:
-        dataset, labels = available[split]
-        if dataset is not None and labels is not None and len(labels):
-            return split, dataset, labels
-    if wanted is Split.TEST:
-        raise DataError("the data has no test set (x_test/y_test in an .npz, or the demo's); "
-                        "evaluate the validation split with --split val.")
-    raise DataError("the data has no validation or test samples to evaluate: add "
-                    "x_test/y_test (or x_val/y_val) to the .npz, or give --val-split.")
+    split = choose_split(wanted, prepared.val_samples if prepared.val is not None else 0,
+                         prepared.test_samples if prepared.test is not None else 0)
+    if split is Split.TEST:
+        assert prepared.test is not None and prepared.test_labels is not None
+        return split, prepared.test, prepared.test_labels
+    assert prepared.val is not None and prepared.val_labels is not None
+    return split, prepared.val, prepared.val_labels
 
 
 def _class_ids(labels: np.ndarray, kind: LabelKind) -> np.ndarray:

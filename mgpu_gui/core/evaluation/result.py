@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from mgpu_gui.core.errors import DataError
 from mgpu_gui.core.evaluation.metrics import ClassifierMetrics, RegressionMetrics
 
 RESULT_FILE = "evaluation.json"
@@ -31,6 +32,21 @@ class Split(StrEnum):
     @property
     def words(self) -> str:
         return "test" if self is Split.TEST else "validation"
+
+
+def choose_split(wanted: Split | None, val_samples: int, test_samples: int) -> Split:
+    """The split to evaluate: `wanted`, else test when there is one, else validation; a
+    DataError when the data has none. The CLI asks it of the inspected layout before
+    the evaluator starts, the evaluator of the loaded data."""
+    available = {Split.TEST: test_samples, Split.VALIDATION: val_samples}
+    for split in [wanted] if wanted is not None else [Split.TEST, Split.VALIDATION]:
+        if available[split]:
+            return split
+    if wanted is Split.TEST:
+        raise DataError("the data has no test set (x_test/y_test in an .npz, or the demo's); "
+                        "evaluate the validation split with --split val.")
+    raise DataError("the data has no validation or test samples to evaluate: add "
+                    "x_test/y_test (or x_val/y_val) to the .npz, or give --val-split.")
 
 
 @dataclass(frozen=True)
