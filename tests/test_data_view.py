@@ -95,7 +95,7 @@ def test_folder_counts_sizes_and_sampling_said(folder):
     assert result.input_shape == (24, 32, 3) and result.dtype == "uint8"
     assert {(s.width, s.height): s.files for s in result.sizes} == {(12, 10): 8, (20, 16): 7}
     assert result.sizes_note() == "all 15 files"
-    assert 10 <= result.value_min and result.value_max < 200
+    assert result.value_min >= 10 and result.value_max < 200
     assert result.values_note() == "9 of 15 images (a random sample)"  # those drawn
     assert sorted(t.label for t in result.thumbnails) == [0] * 4 + [1] * 2 + [2] * 3
     sampled = overview_data(OverviewRequest(str(folder), header_sample=6))
@@ -125,16 +125,20 @@ def test_preview_opens_the_data_view_filled_with_the_figures(qtbot, panel, folde
     panel.data_preview.click()
     dialog = panel.data_view
     assert dialog is not None and dialog.isVisible()
-    qtbot.waitUntil(lambda: not dialog.loader.is_running(), timeout=10_000)
     view = dialog.view
+    assert view.status.text() == "Counting the classes…"
+    with qtbot.waitSignal(dialog.loader.finished, timeout=10_000):
+        pass
+    assert view.overview.stage is Stage.DONE and not dialog.loader.is_running()
     assert view.bars.names == ("cat", "dog", "owl") and view.bars.counts == (10, 2, 3)
     assert view.warning.isVisible() and "5.0x the 2 of 'dog'" in view.warning.text()
     assert "15 training samples in 3 classes" in view.headline.text()
     assert view.range_label.text().endswith("from 9 of 15 images (a random sample)")
     assert "12×10 px: 8 (53 %)" in view.sizes_label.text()
-    pictures = [w for w in view.thumbs_area.widget().findChildren(type(view.headline))
-                if w.pixmap() is not None and not w.pixmap().isNull()]
-    assert len(pictures) == 9 and pictures[0].pixmap().width() == overview_mod.THUMB_PX
+    rows = {row.name: row for row in view.thumbs.rows}
+    assert [len(rows[name].images) for name in ("cat", "dog", "owl")] == [4, 2, 3]
+    assert rows["dog"].images[0].width() == overview_mod.THUMB_PX  # 12x10 px, enlarged
+    assert rows["cat"].captions[0].endswith(".png")
     assert view.status.text().startswith("Read in")
     dialog.close()
     assert panel.data_view is None

@@ -14,14 +14,13 @@ from __future__ import annotations
 import html
 from collections.abc import Sequence
 
-from PySide6.QtCore import QEvent, QSize, Qt
-from PySide6.QtGui import QPalette, QPixmap
+from PySide6.QtCore import QEvent, QSize, Qt, QTimer
+from PySide6.QtGui import QImage, QPalette
 from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
     QDialogButtonBox,
     QFormLayout,
-    QGridLayout,
     QHBoxLayout,
     QLabel,
     QScrollArea,
@@ -32,6 +31,7 @@ from PySide6.QtWidgets import (
 from mgpu_gui.core.datasets.inspection import DataKind
 from mgpu_gui.core.datasets.overview import (
     SIZES_SHOWN,
+    THUMB_PX,
     DataOverview,
     OverviewRequest,
     Stage,
@@ -42,11 +42,11 @@ from mgpu_gui.gui.theme import on_background
 from mgpu_gui.gui.widgets.class_bars import ClassBars
 from mgpu_gui.gui.widgets.field_cells import ERROR_COLOR
 from mgpu_gui.gui.widgets.screen_fit import fit_to_screen
+from mgpu_gui.gui.widgets.thumbnail_grid import ThumbnailGrid, ThumbnailRow
 
 WARNING_COLOR = "#9a6700"  # amber, made readable on a dark background
 SPLIT_NAMES = {"train": "Training data", "val": "Validation data", "test": "Test data"}
 OTHER_SPLITS = {"val": "validation", "test": "test"}
-NAME_WIDTH = 120  # a class name beside its samples, elided beyond
 READING = "…"
 
 
@@ -84,7 +84,8 @@ class DataView(QWidget):
         self.facts.addRow("Image sizes", self.sizes_label)
         self.thumbs_note = _label("Samples note")
         self.thumbs_note.setProperty("role", "hint")
-        self.thumbs_area = _scroll(QWidget(), "Samples of each class")
+        self.thumbs = ThumbnailGrid("Samples of each class", THUMB_PX)
+        self.thumbs_area = _scroll(self.thumbs, "Samples of each class, scrollable")
         self._build_layout()
         self._color_texts()
 
@@ -178,29 +179,16 @@ class DataView(QWidget):
             self.sizes_label.setText(_sizes_text(overview) if overview.stage is Stage.DONE
                                      else READING)
 
-    def _show_thumbnails(self, overview: DataOverview, images: Sequence) -> None:
-        grid_widget = QWidget()
-        grid_widget.setAccessibleName("Samples of each class")
-        grid = QGridLayout(grid_widget)
-        grid.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
-        rows: dict[int, int] = {}  # class -> its grid row
-        filled: dict[int, int] = {}  # class -> samples placed (column 0 holds its name)
+    def _show_thumbnails(self, overview: DataOverview, images: Sequence[QImage]) -> None:
+        rows: dict[int, tuple[list[QImage], list[str]]] = {}  # class -> its samples
         for thumb, image in zip(overview.thumbnails, images, strict=True):
-            name = overview.class_names[thumb.label] if thumb.label < len(
-                overview.class_names) else str(thumb.label)
-            if thumb.label not in rows:
-                rows[thumb.label], filled[thumb.label] = len(rows), 0
-                label = QLabel(self.fontMetrics().elidedText(
-                    name, Qt.TextElideMode.ElideMiddle, NAME_WIDTH))
-                label.setToolTip(name)
-                grid.addWidget(label, rows[thumb.label], 0)
-            filled[thumb.label] += 1
-            picture = QLabel()
-            picture.setPixmap(QPixmap.fromImage(image))
-            picture.setToolTip(f"{name}: {thumb.name}")
-            picture.setAccessibleName(f"Sample of {name}: {thumb.name}")
-            grid.addWidget(picture, rows[thumb.label], filled[thumb.label])
-        self.thumbs_area.setWidget(grid_widget)
+            pictures, captions = rows.setdefault(thumb.label, ([], []))
+            pictures.append(image)
+            captions.append(thumb.name)
+        names = overview.class_names
+        self.thumbs.set_rows([ThumbnailRow(names[label] if label < len(names) else str(label),
+                                           tuple(pictures), tuple(captions))
+                              for label, (pictures, captions) in rows.items()])
 
     def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt's name)
         super().changeEvent(event)
@@ -232,9 +220,13 @@ class DataViewDialog(QDialog):
         self.loader.updated.connect(self.view.show_figures)
         self.loader.failed.connect(self.view.show_failure)
         self.view.show_waiting(source)
-        self.loader.load(OverviewRequest(source, (int(image_size[0]), int(image_size[1]))))
+        request = OverviewRequest(source, (int(image_size[0]), int(image_size[1])))
+        self._closed = False
+        # Once the view is on screen: its thread and child start while nothing else runs.
+        QTimer.singleShot(0, self, lambda: None if self._closed else self.loader.load(request))
 
     def done(self, result: int) -> None:  # Close, Escape and the window's close button
+        self._closed = True
         self.loader.shutdown()
         super().done(result)
 
