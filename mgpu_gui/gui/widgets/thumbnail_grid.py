@@ -16,7 +16,7 @@ from PySide6.QtGui import QHelpEvent, QImage, QPainter, QPaintEvent, QPalette
 from PySide6.QtWidgets import QSizePolicy, QToolTip, QWidget
 
 PAD = 6
-NAME_WIDTH = 120  # a class name beside its samples, elided beyond
+NAME_WIDTH = 120  # the most a class name beside its samples takes; elided beyond
 
 
 @dataclass(frozen=True)
@@ -33,9 +33,13 @@ class ThumbnailGrid(QWidget):
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.cell = cell  # a thumbnail's longer side, in pixels
         self.rows: tuple[ThumbnailRow, ...] = ()
+        self.name_width = 0  # the names' column: the longest name, up to NAME_WIDTH
 
     def set_rows(self, rows: Sequence[ThumbnailRow]) -> None:
         self.rows = tuple(rows)
+        metrics = self.fontMetrics()
+        self.name_width = min(NAME_WIDTH, max(
+            (metrics.horizontalAdvance(row.name) for row in self.rows), default=0))
         self.setAccessibleDescription("; ".join(
             f"{row.name}: {', '.join(row.captions)}" for row in self.rows))
         self.updateGeometry()
@@ -43,11 +47,11 @@ class ThumbnailGrid(QWidget):
 
     def sizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
         columns = max((len(row.images) for row in self.rows), default=0)
-        return QSize(NAME_WIDTH + PAD + columns * (self.cell + PAD),
+        return QSize(self.name_width + PAD + columns * (self.cell + PAD),
                      len(self.rows) * self._row_height())
 
     def minimumSizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
-        return QSize(NAME_WIDTH + self.cell + 2 * PAD, self.sizeHint().height())
+        return QSize(self.name_width + self.cell + 2 * PAD, self.sizeHint().height())
 
     def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802 (Qt's name)
         if not self.rows:
@@ -61,9 +65,9 @@ class ThumbnailGrid(QWidget):
         for index in range(first, last):
             row, top = self.rows[index], index * height
             name = row.name
-            if metrics.horizontalAdvance(name) > NAME_WIDTH:
-                name = metrics.elidedText(name, Qt.TextElideMode.ElideMiddle, NAME_WIDTH)
-            painter.drawText(QRect(0, top, NAME_WIDTH, height),
+            if metrics.horizontalAdvance(name) > self.name_width:
+                name = metrics.elidedText(name, Qt.TextElideMode.ElideMiddle, self.name_width)
+            painter.drawText(QRect(0, top, self.name_width, height),
                              Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, name)
             for column, image in enumerate(row.images):
                 x, y = self._cell_origin(index, column)
@@ -88,12 +92,13 @@ class ThumbnailGrid(QWidget):
         return max(self.cell, self.fontMetrics().height()) + PAD
 
     def _cell_origin(self, row: int, column: int) -> tuple[int, int]:
-        return NAME_WIDTH + PAD + column * (self.cell + PAD), row * self._row_height() + PAD // 2
+        return (self.name_width + PAD + column * (self.cell + PAD),
+                row * self._row_height() + PAD // 2)
 
     def _at(self, pos: QPoint) -> tuple[int, int] | None:
         """(row, column) of the thumbnail under `pos`, if any."""
         row = pos.y() // self._row_height()
-        column = (pos.x() - NAME_WIDTH - PAD) // (self.cell + PAD)
-        if not 0 <= row < len(self.rows) or pos.x() < NAME_WIDTH + PAD:
+        column = (pos.x() - self.name_width - PAD) // (self.cell + PAD)
+        if not 0 <= row < len(self.rows) or pos.x() < self.name_width + PAD:
             return None
         return (row, column) if 0 <= column < len(self.rows[row].images) else None
