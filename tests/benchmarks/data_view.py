@@ -2,9 +2,9 @@
 the GUI thread ever stalls while it loads. Prints figures.
 
 Builds a folder of FILES tiny PNGs (10 classes, unbalanced, three image sizes) in a
-temporary folder, then opens the Data view through the run setup's "Preview…"
-button REPEATS times (offscreen Qt unless DISPLAY is set and --xcb is given). For
-each open:
+temporary folder, then opens the Data view through the main window's "Preview…"
+button (beside Data in the run setup) REPEATS times (offscreen Qt, or X11 with
+--xcb). For each open:
 
   first figures  click -> the class counts on screen (the bars filled): the child's
                  start, the folder's listing and the counts. Target <= 1 s.
@@ -76,9 +76,13 @@ class Ticks:
         self.timer.setInterval(1)
         self.timer.timeout.connect(lambda: self.times.append(time.perf_counter()))
 
-    def longest_gap_ms(self, since: float, until: float) -> tuple[float, float]:
-        """(longest gap less the interval, when it began) among ticks in [since, until]."""
-        times = [t for t in self.times if since <= t <= until]
+    def longest_gap_ms(self, since: float, until: float, around: bool = False
+                       ) -> tuple[float, float]:
+        """(longest gap less the interval, when it began) among the ticks in [since, until]
+        and the first after it; `around`: the last tick before it too."""
+        before = [t for t in self.times if t < since][-1:] if around else []
+        after = [t for t in self.times if t > until][:1]
+        times = before + [t for t in self.times if since <= t <= until] + after
         if len(times) < 2:
             return float("nan"), since
         gaps = np.diff(times)
@@ -156,7 +160,7 @@ def open_once(app, panel, ticks: Ticks) -> dict[str, float]:
     shown = (view.bars.counts, view.sizes_label.text(), view.range_label.text())
     panel.data_view.close()
     run_loop(0.05)
-    open_gap, _ = ticks.longest_gap_ms(marks["click"] - 0.002, marks["opened"] + 0.002)
+    open_gap, _ = ticks.longest_gap_ms(marks["click"], marks["opened"], around=True)
     load_gap, _ = ticks.longest_gap_ms(marks["opened"], marks["end"] + 0.3)
     # The click's own event began before `click` was called and ended after it returned.
     open_wall, open_cpu = app.longest(marks["click"] - 0.05, marks["click"], marks["opened"])
@@ -188,13 +192,18 @@ def main() -> None:
 
 def measure(root: Path, args: argparse.Namespace) -> None:
     from mgpu_gui.core.datasets.inspection import list_images
-    from mgpu_gui.gui.panels.run_setup import RunSetupPanel
+    from mgpu_gui.core.devices.nvml import GpuInventory, NvmlState
+    from mgpu_gui.gui.jobs.telemetry_source import TelemetrySource
+    from mgpu_gui.gui.main_window import MainWindow
 
     app = timed_app()
     listing_s = min(_timed(lambda: list_images(root)) for _ in range(3))
-    panel = RunSetupPanel()
+    # The whole window, as a user has it (its modules loaded); no GPU polling.
+    no_gpu = GpuInventory(state=NvmlState.NO_DRIVER, message="No NVIDIA driver (benchmark).")
+    window = MainWindow(telemetry=TelemetrySource(inventory=no_gpu))
+    window.show()
+    panel = window.run_setup
     panel.set_data_path(str(root))
-    panel.show()
     ticks = Ticks()
     ticks.timer.start()
     run_loop(0.5)  # the panel's checks start: the data check's child reads the folder
@@ -205,7 +214,7 @@ def measure(root: Path, args: argparse.Namespace) -> None:
     idle_wall, idle_cpu = app.longest(idle_from, time.perf_counter())
     opens = [open_once(app, panel, ticks) for _ in range(args.repeats)]
     ticks.timer.stop()
-    panel.shutdown()
+    window.close()
     run_loop(0.05)  # the closed dialogs are deleted (deleteLater)
 
     warm = opens[1:] or opens

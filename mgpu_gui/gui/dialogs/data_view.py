@@ -60,7 +60,6 @@ class DataView(QWidget):
         self._thumbs_key: tuple = ()
         self.headline = _label("Data summary")
         self.status = _label("Data view status")
-        self.status.setProperty("role", "hint")
         self.status.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignTop)
         self.warning = _label("Data warning")
         self.warning.hide()
@@ -83,7 +82,6 @@ class DataView(QWidget):
         self.facts.addRow("Value range", self.range_label)
         self.facts.addRow("Image sizes", self.sizes_label)
         self.thumbs_note = _label("Samples note")
-        self.thumbs_note.setProperty("role", "hint")
         self.thumbs = ThumbnailGrid("Samples of each class", THUMB_PX)
         self.thumbs_area = _scroll(self.thumbs, "Samples of each class, scrollable")
         self._build_layout()
@@ -196,9 +194,16 @@ class DataView(QWidget):
             self._color_texts()
 
     def _color_texts(self) -> None:
-        base = self.palette().color(QPalette.ColorRole.Window)
-        self.warning.setStyleSheet(f"color: {on_background(WARNING_COLOR, base).name()};")
-        self.error.setStyleSheet(f"color: {on_background(ERROR_COLOR, base).name()};")
+        """Colours by palette, not style sheet: a style sheet makes every polish slower."""
+        palette = self.palette()
+        base = palette.color(QPalette.ColorRole.Window)
+        hint = palette.color(QPalette.ColorRole.PlaceholderText)
+        for label, color in ((self.warning, on_background(WARNING_COLOR, base)),
+                             (self.error, on_background(ERROR_COLOR, base)),
+                             (self.status, hint), (self.thumbs_note, hint)):
+            own = QPalette(palette)
+            own.setColor(QPalette.ColorRole.WindowText, color)
+            label.setPalette(own)
 
 
 class DataViewDialog(QDialog):

@@ -137,7 +137,8 @@ class RunSetupPanel(RunSetupForm):
         if self.data_view is not None:
             self.data_view.close()  # its child ends with it
         config = self.build_config()
-        dialog = self.data_view = DataViewDialog(config.data, config.image_size, self)
+        # The window's child, not the form's: the form's style sheet would slow its polish.
+        dialog = self.data_view = DataViewDialog(config.data, config.image_size, self.window())
         dialog.finished.connect(lambda _=None: self._forget_data_view(dialog))
         dialog.show()
         return dialog
