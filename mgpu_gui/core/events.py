@@ -393,3 +393,27 @@ class PredictionsMade(Event):
 
 
 EVENT_TYPES[PredictionsMade.type] = PredictionsMade
+
+
+# -- the Data view (processes/data_overview.py, core/children/data_overview.py) --------------
+@dataclass(frozen=True)
+class DataOverviewed(Event):
+    """The Data view's figures so far: a `DataOverview` as plain data; `final` on the last."""
+
+    type: ClassVar[str] = "data_overviewed"
+    overview: dict[str, Any]
+    final: bool
+
+
+@dataclass(frozen=True)
+class DataOverviewFailed(Event):
+    """The data could not be read (`user_error`) or the overview itself failed."""
+
+    type: ClassVar[str] = "data_overview_failed"
+    message: str
+    error_type: str
+    user_error: bool
+    traceback: str = ""
+
+
+EVENT_TYPES.update({cls.type: cls for cls in (DataOverviewed, DataOverviewFailed)})

@@ -32,6 +32,7 @@ class Child(StrEnum):
     INSPECTOR = "mgpu_gui.processes.inspector"
     DATA_CHECK = "mgpu_gui.processes.data_check"
     EVALUATOR = "mgpu_gui.processes.evaluator"
+    DATA_OVERVIEW = "mgpu_gui.processes.data_overview"
 
 
 class UnknownChildError(ValueError):

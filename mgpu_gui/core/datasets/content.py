@@ -161,7 +161,7 @@ def _scan_array(path: Path, key: str, tally: _Tally) -> None:
     what = f"{key} of {path.name}"
     try:
         with zipfile.ZipFile(path) as zf, zf.open(key + ".npy") as f:
-            shape, fortran, dtype = _read_header(f)
+            shape, fortran, dtype = read_npy_header(f)
             samples, count = int(shape[0]), int(np.prod(shape, dtype=np.int64))
             if dtype.kind not in "fc":  # integers cannot be NaN; read nothing more
                 tally.values += count
@@ -172,7 +172,7 @@ def _scan_array(path: Path, key: str, tally: _Tally) -> None:
             hit = np.zeros(samples, dtype=bool)
             while done < count:
                 n = min(per_chunk, count - done)
-                chunk = np.frombuffer(_read_exactly(f, n * dtype.itemsize), dtype=dtype)
+                chunk = np.frombuffer(read_exactly(f, n * dtype.itemsize), dtype=dtype)
                 bad = np.flatnonzero(~np.isfinite(chunk))
                 if len(bad):
                     nan = int(np.isnan(chunk[bad]).sum())
@@ -188,14 +188,14 @@ def _scan_array(path: Path, key: str, tally: _Tally) -> None:
     _refuse_non_finite(path.name, key, nans, infs, np.flatnonzero(hit), samples)
 
 
-def _read_header(f) -> tuple[tuple[int, ...], bool, np.dtype]:
+def read_npy_header(f) -> tuple[tuple[int, ...], bool, np.dtype]:
     """Shape, Fortran order and dtype of the `.npy` stream `f`, left at its first value."""
     if np.lib.format.read_magic(f) == (1, 0):
         return np.lib.format.read_array_header_1_0(f)
     return np.lib.format.read_array_header_2_0(f)
 
 
-def _read_exactly(f, size: int) -> bytes:
+def read_exactly(f, size: int) -> bytes:
     data = f.read(size)
     if len(data) != size:
         raise EOFError(f"it ends {size - len(data)} bytes early")

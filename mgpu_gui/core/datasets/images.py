@@ -42,12 +42,14 @@ def decode_image(path: str | os.PathLike[str]) -> np.ndarray:
         raise corrupt(path, error) from error
 
 
-def check_header(path: str | os.PathLike[str]) -> None:
-    """Open the file far enough to know its format and size (no pixels decoded)."""
+def check_header(path: str | os.PathLike[str]) -> tuple[int, int]:
+    """Open the file far enough to know its format and size (no pixels decoded);
+    return that size as (width, height)."""
     try:
         with Image.open(path) as image:
             if image.width < 1 or image.height < 1:
                 raise ValueError(f"it is {image.width}x{image.height} pixels")
+            return image.width, image.height
     except Exception as error:
         raise corrupt(path, error) from error
 

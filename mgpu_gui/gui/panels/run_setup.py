@@ -21,6 +21,7 @@ import math
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
@@ -41,6 +42,9 @@ from mgpu_gui.gui.jobs.data_content import DataContentCheck
 from mgpu_gui.gui.jobs.setup_check import SetupChecker
 from mgpu_gui.gui.panels.run_setup_form import RunSetupForm
 from mgpu_gui.gui.widgets.recent_files import RecentFiles
+
+if TYPE_CHECKING:  # the Data view's module loads when it first opens
+    from mgpu_gui.gui.dialogs.data_view import DataViewDialog
 
 SETTINGS_GROUP = "run_setup"
 CHECK_DELAY_MS = 150
@@ -80,7 +84,9 @@ class RunSetupPanel(RunSetupForm):
         self._content.progress.connect(self._show_content_progress)
         self._content.finished.connect(self.check_now)
         self._recent = RecentFiles(self.model_combo, f"{SETTINGS_GROUP}/recent_models", DEMO)
+        self.data_view: DataViewDialog | None = None  # the Data view, while open
         self._connect_panel()
+        self._update_preview_button()
         self._load_recent()
         self.check_now()
 
@@ -123,6 +129,19 @@ class RunSetupPanel(RunSetupForm):
         """Build the model in a probe process; the result arrives via `summary_ready`."""
         self.check_now()
         self._build.show_summary(self.build_config())
+
+    def preview_data(self) -> DataViewDialog:
+        """The Data view of the data picked now; it replaces one open for older data."""
+        from mgpu_gui.gui.dialogs.data_view import DataViewDialog
+
+        if self.data_view is not None:
+            self.data_view.close()  # its child ends with it
+        config = self.build_config()
+        # The window's child, not the form's: the form's style sheet would slow its polish.
+        dialog = self.data_view = DataViewDialog(config.data, config.image_size, self.window())
+        dialog.finished.connect(lambda _=None: self._forget_data_view(dialog))
+        dialog.show()
+        return dialog
 
     def check_now(self) -> None:
         """Run the instant checks now (normally ~150 ms after the last change)."""
@@ -189,6 +208,8 @@ class RunSetupPanel(RunSetupForm):
         self._build.shutdown()
         self._content.shutdown()
         self.wrapper_notice.shutdown()
+        if self.data_view is not None:
+            self.data_view.close()
 
     # -- reacting to changes ------------------------------------------------
     def _connect_panel(self) -> None:
@@ -207,6 +228,9 @@ class RunSetupPanel(RunSetupForm):
         self.data_browse.clicked.connect(self._browse_data)
         self.output_browse.clicked.connect(self._browse_output)
         self.summary_button.clicked.connect(self.show_summary)
+        self.data_preview.clicked.connect(self.preview_data)
+        self.data_kind.currentIndexChanged.connect(self._update_preview_button)
+        self.data_edit.textChanged.connect(self._update_preview_button)
         self.compile_source.override.toggled.connect(self._update_compile_note)
 
     def _drop_stale_facts(self) -> None:
@@ -232,6 +256,16 @@ class RunSetupPanel(RunSetupForm):
         if not self._problems:
             self.summary_label.setText("Checking the files…")
         self._update_batch_text()
+
+    def _update_preview_button(self) -> None:
+        """Nothing to preview while a file kind is picked but no path given."""
+        self.data_preview.setEnabled(self.data_kind.currentData() == "demo"
+                                     or bool(self.data_edit.text().strip()))
+
+    def _forget_data_view(self, dialog: DataViewDialog) -> None:
+        if self.data_view is dialog:
+            self.data_view = None
+        dialog.deleteLater()
 
     def _show_content_progress(self, text: str) -> None:
         if text and not self._problems:

@@ -144,10 +144,15 @@ class RunSetupLayout(QWidget):
                    "(optional x_val/y_val, x_test/y_test). Image folder: one subfolder per class.")
         self._name(self.data_edit, "Data path", "The .npz file or the image folder.")
         self._name(self.data_browse, "Browse for data", "Choose the .npz file or image folder.")
+        self.data_preview = QPushButton("Preview…")
+        self._name(self.data_preview, "Preview the data",
+                   "Open the Data view: samples per class, a few samples of each, the input "
+                   "shape, dtype and value range, and an image folder's image sizes. Read in "
+                   "the background; large folders are sampled, and it says so.")
         self.data_path_row = QWidget()
         self.data_path_row.setLayout(row([self.data_edit, self.data_browse]))
-        self._add(form, "Data", "data", [self.data_kind], below=[self.data_path_row],
-                  outline=[self.data_edit])
+        self._add(form, "Data", "data", [self.data_kind, self.data_preview],
+                  below=[self.data_path_row], outline=[self.data_edit])
 
         self.width_spin, self.height_spin = QSpinBox(), QSpinBox()
         for spin, what in ((self.width_spin, "width"), (self.height_spin, "height")):
