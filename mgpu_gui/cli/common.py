@@ -29,10 +29,18 @@ from mgpu_gui.core.config import (
     RunConfig,
 )
 from mgpu_gui.core.errors import UserError
-from mgpu_gui.core.events import EvaluationFailed, ExportDone, RunFinished, RunStatus
+from mgpu_gui.core.events import (
+    EvaluationDone,
+    EvaluationFailed,
+    ExportDone,
+    PredictionsMade,
+    RunFinished,
+    RunStatus,
+)
 from mgpu_gui.core.eventtext import finished_line
 from mgpu_gui.core.runs.store import RunRecord, RunStore
 from mgpu_gui.core.runs.storedb import StoreError
+from mgpu_gui.core.tools.evaluate_job import EvaluateJob, EvaluateRequest, PredictRequest
 from mgpu_gui.core.tools.export_job import ExportJob, ExportRequest, done_line, failed_text
 
 EXIT_FAILED, EXIT_USAGE, EXIT_STOPPED = 1, 2, 130
@@ -224,10 +232,14 @@ def format_from_suffix(output: Path) -> str:
     return {".keras": "keras", ".h5": "h5", ".hdf5": "h5"}.get(output.suffix.lower(), "savedmodel")
 
 
+def child_output(args: argparse.Namespace) -> Callable[[str], None] | None:
+    """With --debug, where every line a child prints goes: stderr (else its log only)."""
+    return (lambda line: print(line, file=sys.stderr)) if args.debug else None
+
+
 def run_export_job(request: ExportRequest, args: argparse.Namespace) -> int:
     """Run the export child to its end: what it logs, then its one-line result, on stdout."""
-    job = ExportJob(request, on_log=print, on_output=(lambda line: print(line, file=sys.stderr))
-                    if args.debug else None)
+    job = ExportJob(request, on_log=print, on_output=child_output(args))
     interrupted = cancel_on_interrupt(job.cancel, "export")
     outcome = job.run()
     if isinstance(outcome, ExportDone):
@@ -243,7 +255,22 @@ def run_export_job(request: ExportRequest, args: argparse.Namespace) -> int:
     return EXIT_USAGE if outcome.user_error else EXIT_FAILED
 
 
-def say_failed(failed: EvaluationFailed, log: Path | None, debug: bool) -> int:
+def run_evaluator(request: EvaluateRequest | PredictRequest, args: argparse.Namespace,
+                  what: str, on_log: Callable[[str], None] | None = None
+                  ) -> EvaluationDone | PredictionsMade | int:
+    """Run the evaluator child to its end: its answer, or the exit code of an interrupt or
+    of a failure (said on stderr)."""
+    job = EvaluateJob(request, on_log=on_log, on_output=child_output(args))
+    interrupted = cancel_on_interrupt(job.cancel, what)
+    outcome = job.run()
+    if interrupted():
+        return EXIT_STOPPED
+    if isinstance(outcome, EvaluationFailed):
+        return _say_failed(outcome, job.log, args.debug)
+    return outcome
+
+
+def _say_failed(failed: EvaluationFailed, log: Path | None, debug: bool) -> int:
     """Why the evaluator child failed, on stderr; the exit code that says whose fault."""
     print(f"error: {failed.message}", file=sys.stderr)
     if failed.user_error:
@@ -298,8 +325,7 @@ def supervise(run: PreparedRun, args: argparse.Namespace, store: RunStore | None
         print(run.plan.note, file=human)
     if run.plan.warning:
         print(f"warning: {run.plan.warning}", file=sys.stderr)
-    worker = WorkerProcess(run, on_output=(lambda line: print(line, file=sys.stderr))
-                           if args.debug else None, store=store)
+    worker = WorkerProcess(run, on_output=child_output(args), store=store)
     interrupted = _forward_interrupts(worker)
     worker.start()
     for event in worker.events():

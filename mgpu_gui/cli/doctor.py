@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from mgpu_gui.cli.common import child_output
 from mgpu_gui.core.children.runner import command_log
 from mgpu_gui.core.devices import nvml
 from mgpu_gui.core.tools.doctor import Facts, NvmlFacts, diagnose, exit_code
@@ -26,8 +27,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.json:
         print("Asking NVIDIA's driver and TensorFlow (TensorFlow starts in a child process, "
               "a few seconds)…", file=sys.stderr)
-    tf = ask_tensorflow(on_output=(lambda line: print(line, file=sys.stderr))
-                        if args.debug else None)
+    tf = ask_tensorflow(on_output=child_output(args))
     facts = Facts(NvmlFacts.from_inventory(nvml.query_inventory()), tf)
     findings = diagnose(facts)
     if args.json:

@@ -8,21 +8,19 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import sys
 from pathlib import Path
 
-from mgpu_gui.cli.common import EXIT_STOPPED, add_store_argument, open_store, say_failed
+from mgpu_gui.cli.common import add_store_argument, open_store, run_evaluator
 from mgpu_gui.core.children.inspector import file_inspector
-from mgpu_gui.core.children.runner import cancel_on_interrupt
 from mgpu_gui.core.config import DEMO, DeviceKind, DeviceSelection, RunConfig
 from mgpu_gui.core.devices.nvml import query_inventory
 from mgpu_gui.core.devices.plan import plan_devices
 from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.evaluation import report
 from mgpu_gui.core.evaluation.result import EvaluationResult, Split, choose_split
-from mgpu_gui.core.events import EvaluationDone, EvaluationFailed
+from mgpu_gui.core.events import EvaluationDone
 from mgpu_gui.core.runs.folder import RunDir
-from mgpu_gui.core.tools.evaluate_job import EvaluateJob, EvaluateRequest
+from mgpu_gui.core.tools.evaluate_job import EvaluateRequest
 
 MODEL_SUFFIXES = (".keras", ".h5", ".hdf5")
 MATRIX_MAX_CLASSES = 30  # wider than a terminal beyond this: --json or --csv
@@ -50,15 +48,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     request, run_id = _request(args)
-    job = EvaluateJob(request, on_log=None if args.json else print,
-                      on_output=(lambda line: print(line, file=sys.stderr))
-                      if args.debug else None)
-    interrupted = cancel_on_interrupt(job.cancel, "evaluation")
-    outcome = job.run()
-    if interrupted():
-        return EXIT_STOPPED
-    if isinstance(outcome, EvaluationFailed):
-        return say_failed(outcome, job.log, args.debug)
+    outcome = run_evaluator(request, args, "evaluation", None if args.json else print)
+    if isinstance(outcome, int):
+        return outcome
     assert isinstance(outcome, EvaluationDone)
     result = EvaluationResult.from_dict(outcome.result)
     if run_id is not None and outcome.path is not None:  # the run's own data: its figures
@@ -98,8 +90,7 @@ def _request(args: argparse.Namespace) -> tuple[EvaluateRequest, int | None]:
         if args.data is None:
             raise UserError(f"give the data to evaluate {target.name} on: --data FILE_OR_FOLDER "
                             "(or --data demo).")
-        model, config, output = target.absolute(), RunConfig(data=args.data), None
-        run_id = None
+        model, config, output, run_id = target.absolute(), RunConfig(), None, None
     else:
         with open_store(args) as store:
             record = store.resolve(args.target)
@@ -110,12 +101,12 @@ def _request(args: argparse.Namespace) -> tuple[EvaluateRequest, int | None]:
                             "model.keras, no checkpoints/last.keras).")
         config = run_dir.read_config()
         own_data = args.data is None or args.data == config.data
-        config = config.replace(data=args.data or config.data)
         if not own_data:
             config = config.replace(validation_data=None)
         output = run_dir.path if own_data else None  # another data set's figures are not its
-    if args.data is not None and args.data != DEMO:
-        config = config.replace(data=str(Path(args.data).expanduser().absolute()))
+    if args.data is not None:
+        config = config.replace(data=args.data if args.data == DEMO
+                                else str(Path(args.data).expanduser().absolute()))
     devices = config.devices
     if args.cpu or args.replicas is not None:
         devices = DeviceSelection(kind=DeviceKind.CPU if args.cpu else devices.kind,

@@ -15,7 +15,13 @@ import argparse
 import sys
 from typing import TextIO
 
-from mgpu_gui.cli.common import EXIT_FAILED, EXIT_STOPPED, add_train_arguments, config_from_args
+from mgpu_gui.cli.common import (
+    EXIT_FAILED,
+    EXIT_STOPPED,
+    add_train_arguments,
+    child_output,
+    config_from_args,
+)
 from mgpu_gui.cli.console import LiveLine
 from mgpu_gui.core.children.runner import cancel_on_interrupt
 from mgpu_gui.core.errors import ConfigError
@@ -97,8 +103,7 @@ def run(args: argparse.Namespace) -> int:
     show = ProbePrinter(sys.stderr, quiet=args.quiet)
     finder = BatchFinder(BatchRequest(config, settings, cap), on_progress=show.progress,
                          on_report=show.report,
-                         on_output=(lambda line: print(line, file=sys.stderr))
-                         if args.debug else None)
+                         on_output=child_output(args))
     plan = finder.plan()  # UserErrors before any process starts
     show.heading(plan.device_name, plan.cap_bytes, plan.cap_source)
     interrupted = cancel_on_interrupt(finder.cancel, "batch search")

@@ -10,15 +10,14 @@ import csv
 import sys
 from pathlib import Path
 
-from mgpu_gui.cli.common import EXIT_STOPPED, EXIT_USAGE, say_failed
-from mgpu_gui.core.children.runner import cancel_on_interrupt
+from mgpu_gui.cli.common import EXIT_USAGE, run_evaluator
 from mgpu_gui.core.config import DeviceSelection
-from mgpu_gui.core.datasets.inspection import IMAGE_SUFFIXES
+from mgpu_gui.core.datasets.inspection import IMAGE_SUFFIXES, image_files_under
 from mgpu_gui.core.devices.nvml import query_inventory
 from mgpu_gui.core.devices.plan import plan_devices
 from mgpu_gui.core.errors import UserError
-from mgpu_gui.core.events import EvaluationFailed, PredictionsMade
-from mgpu_gui.core.tools.evaluate_job import EvaluateJob, PredictRequest
+from mgpu_gui.core.events import PredictionsMade
+from mgpu_gui.core.tools.evaluate_job import PredictRequest
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -40,15 +39,11 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--top must be at least 1.")
     files = image_files(args.files)
     plan = plan_devices(DeviceSelection(replicas=1), query_inventory())
-    job = EvaluateJob(PredictRequest(args.model.expanduser().absolute(), files, plan, args.top),
-                      on_output=(lambda line: print(line, file=sys.stderr))
-                      if args.debug else None)
-    interrupted = cancel_on_interrupt(job.cancel, "prediction")
-    outcome = job.run()
-    if interrupted():
-        return EXIT_STOPPED
-    if isinstance(outcome, EvaluationFailed):
-        return say_failed(outcome, job.log, args.debug)
+    outcome = run_evaluator(
+        PredictRequest(args.model.expanduser().absolute(), files, plan, args.top), args,
+        "prediction")
+    if isinstance(outcome, int):
+        return outcome
     assert isinstance(outcome, PredictionsMade)
     print(f"Inputs: {outcome.inputs}")
     for row in outcome.rows:
@@ -76,9 +71,7 @@ def image_files(paths: list[Path]) -> tuple[Path, ...]:
     found: list[Path] = []
     for path in (p.expanduser().absolute() for p in paths):
         if path.is_dir():
-            inside = sorted(p for p in path.rglob("*") if p.is_file()
-                            and p.suffix.lower() in IMAGE_SUFFIXES
-                            and not p.name.startswith("."))
+            inside = image_files_under(path)
             if not inside:
                 raise UserError(f"{path} holds no image files ({', '.join(IMAGE_SUFFIXES)}).")
             found += inside

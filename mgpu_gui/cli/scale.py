@@ -14,7 +14,13 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from mgpu_gui.cli.common import EXIT_FAILED, EXIT_STOPPED, add_train_arguments, config_from_args
+from mgpu_gui.cli.common import (
+    EXIT_FAILED,
+    EXIT_STOPPED,
+    add_train_arguments,
+    child_output,
+    config_from_args,
+)
 from mgpu_gui.cli.console import LiveLine
 from mgpu_gui.core.children.runner import cancel_on_interrupt
 from mgpu_gui.core.config import RunConfig
@@ -103,8 +109,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError([(SCALE_FLAGS.get(name, name), text) for name, text in found])
     progress = ProgressPrinter(sys.stderr)
     runner = ScaleRunner(request, on_progress=progress.show,
-                         on_output=(lambda line: print(line, file=sys.stderr))
-                         if args.debug else None)
+                         on_output=child_output(args))
     progress.kind = runner.plan().kind.value  # UserErrors before any process starts
     interrupted = cancel_on_interrupt(runner.cancel, "scaling test")
     report = runner.run()

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from mgpu_gui.core.children.launch import Child, module_command
-from mgpu_gui.core.children.runner import ChildProcesses, command_log, died_text
+from mgpu_gui.core.children.runner import ChildProcesses, command_log, run_child
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.devices.plan import DevicePlan
 from mgpu_gui.core.evaluation.result import Split
@@ -108,18 +108,11 @@ class EvaluateJob:
         self._children.cancel()
 
     def run(self) -> EvaluationOutcome:
-        try:
-            ended = self._children.run(evaluator_command, self.request.to_dict(),
-                                       self.request.plan.env, self._message, self.on_output)
-        except OSError as error:
-            return EvaluationFailed(f"The evaluation could not start: {error}", "", False)
-        if ended is not None and ended.result is not None:
-            return ended.result
-        if ended is None or self._children.cancelled:
-            return EvaluationFailed("The evaluation was cancelled.", "Cancelled", False)
-        how, last = died_text(ended.code, ended.tail, ended.log)
-        return EvaluationFailed(f"The evaluation process {how} before it finished "
-                                f"(a crash, or killed for lack of memory).{last}", "", False)
+        return run_child(self._children, evaluator_command, self.request.to_dict(),
+                         self.request.plan.env, self._message, "The evaluation process",
+                         lambda error_type, message: EvaluationFailed(message, error_type,
+                                                                      False),
+                         self.on_output)
 
     def _message(self, message: dict[str, Any]) -> EvaluationOutcome | None:
         event = parse_event(json.dumps(message))
