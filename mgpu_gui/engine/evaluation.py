@@ -17,7 +17,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from mgpu_gui.core.datasets.inspection import LabelKind
+from mgpu_gui.core.datasets.inspection import LabelKind, label_classes
 from mgpu_gui.core.errors import ModelError
 from mgpu_gui.core.evaluation.metrics import classifier_metrics, regression_metrics
 from mgpu_gui.core.evaluation.result import EvaluationResult, Split, choose_split
@@ -56,7 +56,7 @@ def evaluate(request: EvaluateRequest, strategy: tf.distribute.Strategy,
     if classifier is None:
         classifier = prepared.label_kind is not LabelKind.OTHER
     # A classifier's labels are kept as class ids, whatever form the data gave them.
-    kept = _class_ids(labels, prepared.label_kind) if classifier else labels
+    kept = label_classes(labels, prepared.label_kind) if classifier else labels
     result = EvaluationResult(
         model=str(request.model), data=config.data, split=split, samples=samples, loss=loss,
         classifier=classifier_metrics(kept, outputs, tuple(prepared.class_names) or None)
@@ -119,12 +119,6 @@ def _split(prepared: data_mod.PreparedData, wanted: Split | None
     return split, prepared.val, prepared.val_labels
 
 
-def _class_ids(labels: np.ndarray, kind: LabelKind) -> np.ndarray:
-    if kind is LabelKind.ONEHOT:
-        return labels.argmax(axis=-1)
-    return labels.reshape(len(labels), -1)[:, 0].astype(np.int64)
-
-
 def _loss(model: keras.Model, labels: np.ndarray, outputs: np.ndarray, kind: LabelKind,
           num_classes: int | None) -> float | None:
     """The model's own loss over every sample; None when it has none."""
@@ -135,7 +129,7 @@ def _loss(model: keras.Model, labels: np.ndarray, outputs: np.ndarray, kind: Lab
     wants_onehot = models.loss_wants_onehot(model)
     targets = labels
     if wants_onehot is True and kind is LabelKind.SPARSE and num_classes:
-        targets = np.eye(num_classes, dtype=np.float32)[_class_ids(labels, kind)]
+        targets = np.eye(num_classes, dtype=np.float32)[label_classes(labels, kind)]
     elif wants_onehot is False and kind is LabelKind.ONEHOT:
         targets = labels.argmax(axis=-1)
     values = keras.ops.convert_to_numpy(function(targets, outputs))

@@ -36,7 +36,7 @@ from mgpu_gui.core.lr_schedule import LinearScaling, format_lr
 from mgpu_gui.core.modelfiles.compile_facts import CompileSource
 from mgpu_gui.core.runs import checkpoints as ckpt
 from mgpu_gui.core.runs.folder import RunDir
-from mgpu_gui.core.runs.preflight import loss_is_classifier
+from mgpu_gui.core.runs.preflight import data_sources, loss_is_classifier
 from mgpu_gui.engine import models, xla
 from mgpu_gui.engine import pipeline as data_mod
 from mgpu_gui.engine.callbacks import (
@@ -301,9 +301,9 @@ def _check_labels_for_loss(config: RunConfig, model: keras.Model) -> None:
     could not tell a `.py` builder's classifier (its loss is set when it runs)."""
     loss = describe_loss(getattr(model, "loss", None))
     if config.loss is None and Path(config.model).suffix == ".py" and loss_is_classifier(loss):
-        sources = (config.data,) + ((config.validation_data,) if config.validation_data else ())
         content.check_built_labels(content.ContentRequest(
-            sources, classifier=True, why=f"{Path(config.model).name} (loss {loss})"))
+            data_sources(config), classifier=True,
+            why=f"{Path(config.model).name} (loss {loss})"))
 
 
 def _check_mirrored(model: keras.Model, strategy: tf.distribute.Strategy, log) -> None:

@@ -217,6 +217,13 @@ def _inspect_npz(path: Path) -> DataInfo:
     )
 
 
+def label_classes(labels: np.ndarray, kind: LabelKind) -> np.ndarray:
+    """Each sample's class id, from one-hot rows or from ids shaped (N,) or (N, 1)."""
+    if kind is LabelKind.ONEHOT:
+        return labels.argmax(axis=-1)
+    return labels.reshape(len(labels), -1)[:, 0].astype(np.int64)
+
+
 def class_ids(num_classes: int | None) -> tuple[str, ...]:
     """Class names for labelled-by-number data: "0", "1", ..."""
     return tuple(str(i) for i in range(num_classes or 0))
@@ -328,6 +335,12 @@ class ImageListing:
     labels: tuple[int, ...]
 
 
+def image_files_under(folder: Path) -> list[Path]:
+    """Every image file under `folder`, at any depth, sorted; hidden files left out."""
+    return sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES
+                  and p.is_file() and not p.name.startswith("."))
+
+
 def list_images(folder: Path) -> ImageListing:
     """Image files under one subfolder per class (sorted names), or a DataError."""
     entries = [e for e in sorted(folder.iterdir()) if not e.name.startswith(".")]
@@ -341,9 +354,7 @@ def list_images(folder: Path) -> ImageListing:
     paths: list[str] = []
     labels: list[int] = []
     for label, cls in enumerate(classes):
-        found = sorted(p for p in cls.rglob("*")
-                       if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file()
-                       and not p.name.startswith("."))
+        found = image_files_under(cls)
         paths += [str(p) for p in found]
         labels += [label] * len(found)
     if not paths:

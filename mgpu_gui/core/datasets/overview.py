@@ -39,6 +39,7 @@ from mgpu_gui.core.datasets.inspection import (
     demo_split_indices,
     describe_labels,
     image_x_shape,
+    label_classes,
     list_images,
     load_demo_arrays,
     npz_x_shape,
@@ -225,7 +226,7 @@ def _npz(path: Path, request: OverviewRequest,
         overview = replace(overview, thumbs_note="No classes, so no samples per class.")
         wanted = []
     else:
-        wanted = _first_per_class(_class_ids(train, labels.kind), len(names),
+        wanted = _first_per_class(label_classes(train, labels.kind), len(names),
                                   np.arange(len(train)))
     return _scan_npz(path, shape, overview, wanted, train, labels.kind, request, stage)
 
@@ -283,16 +284,12 @@ def _drawable(sample: tuple[int, ...]) -> tuple[bool, str]:
 
 def _npz_thumb(index: int, sample: np.ndarray, train: np.ndarray,
                kind: LabelKind) -> Thumbnail:
-    label = int(_class_ids(train[index:index + 1], kind)[0])
+    label = int(label_classes(train[index:index + 1], kind)[0])
     return Thumbnail(label, f"sample {index}", _array_png(sample))
 
 
-def _class_ids(y: np.ndarray, kind: LabelKind) -> np.ndarray:
-    return y.argmax(axis=1) if kind is LabelKind.ONEHOT else y.reshape(len(y)).astype(np.int64)
-
-
 def _class_counts(y: np.ndarray, kind: LabelKind, classes: int) -> tuple[int, ...]:
-    return () if kind is LabelKind.OTHER else _bincount(_class_ids(y, kind), classes)
+    return () if kind is LabelKind.OTHER else _bincount(label_classes(y, kind), classes)
 
 
 def _bincount(ids: np.ndarray, classes: int) -> tuple[int, ...]:

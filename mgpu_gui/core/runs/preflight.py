@@ -102,8 +102,12 @@ def classifier_of(config: RunConfig, model: ModelFileInfo | None) -> tuple[bool 
 def content_request(config: RunConfig, model: ModelFileInfo | None) -> ContentRequest:
     """What the data check reads for this run: the data and any validation data."""
     classifier, why = classifier_of(config, model)
-    sources = (config.data,) + ((config.validation_data,) if config.validation_data else ())
-    return ContentRequest(sources, classifier, why)
+    return ContentRequest(data_sources(config), classifier, why)
+
+
+def data_sources(config: RunConfig) -> tuple[str, ...]:
+    """The training data, then any validation data."""
+    return (config.data,) + ((config.validation_data,) if config.validation_data else ())
 
 
 def check_builder(config: RunConfig, model: ModelFileInfo) -> None:
