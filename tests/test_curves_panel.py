@@ -263,7 +263,8 @@ def _inside(inner: QRectF, outer: QRectF) -> bool:
 
 def _tick_label_rects(widget: pg.PlotWidget, side: str) -> list[QRectF]:
     axis = widget.getPlotItem().getAxis(side)
-    painter = QPainter(QImage(8, 8, QImage.Format.Format_ARGB32))
+    image = QImage(8, 8, QImage.Format.Format_ARGB32)  # held: a temporary dies under the painter
+    painter = QPainter(image)
     try:
         _, _, texts = axis.generateDrawSpecs(painter)
     finally:
