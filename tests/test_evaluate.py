@@ -105,6 +105,7 @@ def test_a_runs_evaluation_is_kept_in_its_folder(digits, capsys, tmp_path):
 
     from mgpu_gui.core.config import RunConfig
     from mgpu_gui.core.evaluation.result import PREDICTIONS_FILE, EvaluationResult
+    from mgpu_gui.core.evaluation.samples import SampleOrigins
     from mgpu_gui.core.runs.folder import create_run_dir
     from mgpu_gui.core.runs.store import RunStore
 
@@ -123,3 +124,23 @@ def test_a_runs_evaluation_is_kept_in_its_folder(digits, capsys, tmp_path):
     kept = np.load(run_dir.path / PREDICTIONS_FILE)
     assert kept["outputs"].shape == (101, 10) and kept["labels"].tolist() == (
         digits["npz_test"][1].tolist())
+    origins = SampleOrigins.from_arrays(kept)
+    assert origins.source == str(digits["npz"]) and origins.key == "x_test"
+    assert origins.rows.tolist() == list(range(101))
+
+
+def test_the_pipeline_knows_where_each_held_out_sample_came_from(digits):
+    """Through the validation split's shuffle, and the demo's held-out test set."""
+    from mgpu_gui.core.config import RunConfig
+    from mgpu_gui.engine.pipeline import load_data
+
+    prepared = load_data(RunConfig(data=str(digits["npz"]), validation_split=0.2, seed=3))
+    rows = prepared.val_origins.rows
+    with np.load(digits["npz"]) as data:
+        assert prepared.val_origins.key == "x_train" and len(rows) == prepared.val_samples
+        assert sorted(set(rows.tolist())) != list(range(len(rows)))  # shuffled, not the head
+        assert np.array_equal(data["y_train"][rows], prepared.val_labels)
+    demo = load_data(RunConfig(data="demo"))
+    images, labels = load_demo_arrays()
+    assert demo.test_origins.source == "demo"
+    assert np.array_equal(labels[demo.test_origins.rows], demo.test_labels)

@@ -15,10 +15,12 @@ from PySide6.QtWidgets import QProgressBar
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.evaluation.metrics import classifier_metrics, regression_metrics
 from mgpu_gui.core.evaluation.result import PREDICTIONS_FILE, EvaluationResult, Split
+from mgpu_gui.core.evaluation.samples import SampleOrigins
 from mgpu_gui.core.events import EpochEnd, PredictionsMade
 from mgpu_gui.core.runs.folder import create_run_dir
 from mgpu_gui.core.runs.store import RunRecord, RunStore
 from mgpu_gui.core.tools import evaluate_job
+from mgpu_gui.gui.dialogs.cell_samples import SAMPLE_ROLE
 from mgpu_gui.gui.dialogs.evaluation import EvaluationDialog, Subject
 from mgpu_gui.gui.panels.runs import RunsPanel
 
@@ -48,8 +50,18 @@ def fixed_predictions() -> tuple[np.ndarray, np.ndarray]:
     return labels, outputs
 
 
-def keep(record: RunRecord, store: RunStore, result: EvaluationResult, labels, outputs) -> None:
-    result.save(record.run_dir, labels, outputs)
+def pictures(tmp_path: Path, samples: int) -> SampleOrigins:
+    """An .npz whose x_test sample i is an 8x8 picture, dark but for pixel (i // 8, i % 8)."""
+    data = tmp_path / "digits.npz"
+    x = np.zeros((samples, 8, 8), dtype=np.uint8)
+    x[np.arange(samples), np.arange(samples) // 8, np.arange(samples) % 8] = 200
+    np.savez(data, x_test=x, y_test=np.arange(samples) % 10)
+    return SampleOrigins.of_rows(str(data), "x_test", samples, (8, 8))
+
+
+def keep(record: RunRecord, store: RunStore, result: EvaluationResult, labels, outputs,
+         origins: SampleOrigins) -> None:
+    result.save(record.run_dir, labels, outputs, origins)
     store.save_evaluation(record.id, result)
 
 
@@ -61,36 +73,76 @@ def opened(qtbot, record: RunRecord, store: RunStore) -> EvaluationDialog:
     return dialog
 
 
-def test_a_cell_lists_exactly_its_samples_most_confident_first(qtbot, store, tmp_path):
+def test_a_cell_shows_exactly_its_samples_most_confident_first(qtbot, store, tmp_path):
     record = a_run(store, tmp_path)
     labels, outputs = fixed_predictions()
     result = EvaluationResult("model.keras", "digits.npz", Split.TEST, 40, 0.5,
                               classifier=classifier_metrics(labels, outputs, NAMES))
-    keep(record, store, result, labels, outputs)
+    keep(record, store, result, labels, outputs, pictures(tmp_path, 40))
     dialog = opened(qtbot, record, store)
     assert dialog.pages.currentWidget() is dialog.results
     model = dialog.matrix_model
     assert model.headerData(3, 0x2) == "digit 3" and model.index(3, 8).data() == "4"
     dialog.matrix.clicked.emit(model.index(3, 8))
-    table = dialog.samples
+    cell = dialog.cell
+    assert cell.pages.currentWidget() is cell.grid
+    items = [cell.grid.item(i) for i in range(cell.grid.count())]
+    assert [item.data(SAMPLE_ROLE) for item in items] == [13, 33, 23, 3]
+    assert [item.text() for item in items] == [
+        f"digit 3 → digit 8\n{c}" for c in ("90.0%", "80.0%", "70.0%", "60.0%")]
+    assert items[0].toolTip() == ("Sample #13 (x_test[13]): true digit 3, predicted digit 8 "
+                                  "(90.0%)")
+    assert "True digit 3, predicted digit 8: 4 sample(s) of the test split" in cell.title.text()
+    # The pictures come from the data, drawn in the child: each is its own sample's.
+    qtbot.waitUntil(lambda: all(not item.icon().isNull() for item in items), timeout=15_000)
+    for item in items:  # 8x enlarged with crisp pixels: the bright one is the sample's own
+        sample, image = item.data(SAMPLE_ROLE), item.icon().pixmap(64, 64).toImage()
+        bright = [(y // 8, x // 8) for y in range(4, 64, 8) for x in range(4, 64, 8)
+                  if image.pixelColor(x, y).red() > 128]
+        assert bright == [(sample // 8, sample % 8)]
+    cell.grid.itemClicked.emit(items[1])  # sample 33, larger, with its top classes
+    large = cell.large
+    assert large is not None and large.windowTitle() == "Sample #33 (x_test[33])"
+    qtbot.waitUntil(lambda: not large.picture.pixmap().isNull(), timeout=15_000)
+    assert large.picture.pixmap().width() == 320
+    bars = [b.accessibleName() for b in large.findChildren(QProgressBar)]
+    assert bars == ["digit 8: 80.0%", "digit 0: 1.0%", "digit 1: 1.0%", "digit 2: 1.0%",
+                    "digit 3: 1.0%"]
+    large.close()
+    dialog.cell_text.setCurrentText("Row %")
+    assert model.index(3, 8).data() == "100%" and model.index(4, 4).data() == "100%"
+    cell._fill_table()  # the list the view falls back to, for data it cannot draw
+    table = cell.table
     rows = [[table.item(r, c).text() for c in range(4)] for r in range(table.rowCount())]
     assert rows == [["13", "digit 3", "digit 8", "90.0%"], ["33", "digit 3", "digit 8", "80.0%"],
                     ["23", "digit 3", "digit 8", "70.0%"], ["3", "digit 3", "digit 8", "60.0%"]]
-    assert "True digit 3, predicted digit 8: 4 sample(s) of the test split" in (
-        dialog.cell_title.text())
-    dialog.cell_text.setCurrentText("Row %")
-    assert model.index(3, 8).data() == "100%" and model.index(4, 4).data() == "100%"
-    dialog.samples.cellClicked.emit(0, 1)  # the list's first: sample 13
-    assert dialog.try_sample.title.text() == "Sample #13 of the test split (true: digit 3):"
+    table.cellClicked.emit(0, 1)  # the list's first: sample 13
+    assert dialog.try_sample.top.title.text() == "Sample #13 of the test split (true: digit 3):"
     bars = [b.accessibleName() for b in dialog.try_sample.findChildren(QProgressBar)]
     assert bars[:2] == ["digit 8: 90.0%", "digit 0: 1.0%"] and len(bars) == 5
     dialog._tried(PredictionsMade(rows=[{"file": "/x/owl.png", "top": [["digit 7", 0.75]],
                                          "error": ""}], inputs="as its card records"))
     qtbot.waitUntil(lambda: len(dialog.try_sample.findChildren(QProgressBar)) == 1)
-    assert dialog.try_sample.title.text() == "owl.png (as its card records):"
+    assert dialog.try_sample.top.title.text() == "owl.png (as its card records):"
     assert dialog.scores.rowCount() == 12  # 10 classes, then the two averages
     assert dialog.scores.item(3, 0).text() == "digit 3" and dialog.scores.item(3, 2).text() \
         == "0.000"
+
+
+def test_a_cell_it_cannot_draw_is_listed_and_says_why(qtbot, store, tmp_path):
+    """The data file is gone since the evaluation: the samples are listed, not lost."""
+    record = a_run(store, tmp_path)
+    labels, outputs = fixed_predictions()
+    keep(record, store, EvaluationResult("model.keras", "digits.npz", Split.TEST, 40, 0.5,
+                                         classifier=classifier_metrics(labels, outputs, NAMES)),
+         labels, outputs, pictures(tmp_path, 40))
+    (tmp_path / "digits.npz").unlink()
+    dialog = opened(qtbot, record, store)
+    dialog.show_cell(dialog.matrix_model.index(3, 8))
+    cell = dialog.cell
+    qtbot.waitUntil(lambda: cell.pages.currentWidget() is cell.table, timeout=15_000)
+    assert "Not drawn: the data file" in cell.title.text() and "is gone" in cell.title.text()
+    assert [cell.table.item(r, 0).text() for r in range(4)] == ["13", "33", "23", "3"]
 
 
 def test_a_regression_model_gets_its_errors_and_residuals(qtbot, store, tmp_path):
@@ -99,7 +151,7 @@ def test_a_regression_model_gets_its_errors_and_residuals(qtbot, store, tmp_path
     outputs = targets + 0.1
     result = EvaluationResult("model.keras", "values.npz", Split.VALIDATION, 20, 0.01,
                               regression=regression_metrics(targets, outputs))
-    keep(record, store, result, targets, outputs)
+    keep(record, store, result, targets, outputs, pictures(tmp_path, 20))
     dialog = opened(qtbot, record, store)
     text = " ".join(label.text() for label in dialog.results.findChildren(type(dialog.status)))
     assert "MAE 0.1" in text and "does not classify" in text
@@ -143,7 +195,7 @@ def test_the_runs_tab_opens_it_for_a_run_with_a_complete_epoch(qtbot, store, tmp
     labels, outputs = fixed_predictions()
     keep(record, store, EvaluationResult("model.keras", "demo", Split.TEST, 40, None,
                                          classifier=classifier_metrics(labels, outputs)),
-         labels, outputs)
+         labels, outputs, pictures(tmp_path, 40))
     panel = RunsPanel(store)
     qtbot.addWidget(panel)
     panel.refresh()

@@ -395,6 +395,30 @@ class PredictionsMade(Event):
 EVENT_TYPES[PredictionsMade.type] = PredictionsMade
 
 
+@dataclass(frozen=True)
+class SamplesDrawn(Event):
+    """Pictures of evaluated samples (processes/sample_images.py): base64 PNGs of the
+    request's picks from `first` on ("" for one that cannot be decoded); `final`, with no
+    pictures, after the last."""
+
+    type: ClassVar[str] = "samples_drawn"
+    first: int
+    pngs: list
+    final: bool
+
+
+@dataclass(frozen=True)
+class SamplesDrawFailed(Event):
+    type: ClassVar[str] = "samples_draw_failed"
+    message: str
+    error_type: str
+    user_error: bool
+    traceback: str = ""
+
+
+EVENT_TYPES.update({cls.type: cls for cls in (SamplesDrawn, SamplesDrawFailed)})
+
+
 # -- the Data view (processes/data_overview.py, core/children/data_overview.py) --------------
 @dataclass(frozen=True)
 class DataOverviewed(Event):

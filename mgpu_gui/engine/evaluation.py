@@ -21,6 +21,7 @@ from mgpu_gui.core.datasets.inspection import LabelKind, label_classes
 from mgpu_gui.core.errors import ModelError
 from mgpu_gui.core.evaluation.metrics import classifier_metrics, regression_metrics
 from mgpu_gui.core.evaluation.result import EvaluationResult, Split, choose_split
+from mgpu_gui.core.evaluation.samples import SampleOrigins
 from mgpu_gui.core.events import EvaluationProgress
 from mgpu_gui.core.runs.preflight import loss_is_classifier
 from mgpu_gui.core.tools.evaluate_job import EvaluateRequest
@@ -40,7 +41,7 @@ def evaluate(request: EvaluateRequest, strategy: tf.distribute.Strategy,
     config = request.config.replace(model=str(request.model), override_compile=False,
                                     sync_batchnorm=False)
     prepared = data_mod.load_data(config)
-    split, dataset, labels = _split(prepared, request.split)
+    split, dataset, labels, origins = _split(prepared, request.split)
     samples = len(labels)
     # What loading says is about training (its optimizer, its compile settings): not here.
     model = models.load_run_model(config, strategy, input_shape=prepared.input_shape,
@@ -68,7 +69,7 @@ def evaluate(request: EvaluateRequest, strategy: tf.distribute.Strategy,
             "a confusion matrix.")
     path = None
     if request.output is not None:
-        path = result.save(request.output, kept, outputs)
+        path = result.save(request.output, kept, outputs, origins)
     return result, path
 
 
@@ -108,15 +109,17 @@ class _Progress(keras.callbacks.Callback):
 
 
 def _split(prepared: data_mod.PreparedData, wanted: Split | None
-           ) -> tuple[Split, tf.data.Dataset, np.ndarray]:
-    """The split to evaluate: its dataset and its labels, in order."""
+           ) -> tuple[Split, tf.data.Dataset, np.ndarray, SampleOrigins]:
+    """The split to evaluate: its dataset, its labels and where each sample came from."""
     split = choose_split(wanted, prepared.val_samples if prepared.val is not None else 0,
                          prepared.test_samples if prepared.test is not None else 0)
     if split is Split.TEST:
         assert prepared.test is not None and prepared.test_labels is not None
-        return split, prepared.test, prepared.test_labels
+        assert prepared.test_origins is not None
+        return split, prepared.test, prepared.test_labels, prepared.test_origins
     assert prepared.val is not None and prepared.val_labels is not None
-    return split, prepared.val, prepared.val_labels
+    assert prepared.val_origins is not None
+    return split, prepared.val, prepared.val_labels, prepared.val_origins
 
 
 def _loss(model: keras.Model, labels: np.ndarray, outputs: np.ndarray, kind: LabelKind,

@@ -39,6 +39,7 @@ from mgpu_gui.core.datasets.inspection import (
     split_sizes,
 )
 from mgpu_gui.core.errors import DataError
+from mgpu_gui.core.evaluation.samples import SampleOrigins
 from mgpu_gui.core.modelfiles.card import ARRAYS, IMAGES, InputRecord
 
 __all__ = ["DataInfo", "DataKind", "LabelKind", "PreparedData", "batch_for_training",
@@ -72,6 +73,9 @@ class PreparedData:
     # The labels of `val` and `test` in their order, without decoding a sample (evaluation).
     val_labels: np.ndarray | None = None
     test_labels: np.ndarray | None = None
+    # Where each of them was read (a file, a row of an array): the evaluation draws them.
+    val_origins: SampleOrigins | None = None
+    test_origins: SampleOrigins | None = None
 
 
 # -- batching ------------------------------------------------------------------
@@ -131,12 +135,14 @@ def _shuffle_buffer(ds: tf.data.Dataset, samples: int, cached: bool) -> int:
 class _Arrays:
     x: np.ndarray
     y: np.ndarray
+    origin: SampleOrigins
 
 
 @dataclass(frozen=True)
 class _Files:
     paths: np.ndarray
     labels: np.ndarray
+    origin: SampleOrigins
 
 
 _Split = _Arrays | _Files
@@ -189,6 +195,8 @@ def load_data(config: RunConfig) -> PreparedData:
         x_sample=to_ds.sample(train if val is None else val), val_source=val_source or "none",
         val_labels=None if val is None else _labels(val),
         test_labels=None if test is None else _labels(test),
+        val_origins=None if val is None else val.origin,
+        test_origins=None if test is None else test.origin,
     )
 
 
@@ -211,15 +219,18 @@ def _read_source(
         rest, test = demo_split_indices(len(images))
         x = (images.astype(np.float32) / DEMO_MAX_VALUE)[..., None]
         y = labels.astype(np.int32)
-        return (_Arrays(x[rest], y[rest]), None, _Arrays(x[test], y[test]), DataKind.DEMO,
-                (), x.shape[1:])
+        origin = SampleOrigins.of_rows(DEMO, "demo", len(images), images.shape[1:])
+        return (_Arrays(x[rest], y[rest], origin.take(rest)), None,
+                _Arrays(x[test], y[test], origin.take(test)), DataKind.DEMO, (), x.shape[1:])
     path = Path(os.path.expanduser(source))
     if not path.exists():
         raise DataError(f"{role}: dataset not found: {path}. Give an .npz file, an image "
                         "folder, or 'demo'.")
     if path.is_dir():
         listing = list_images(path)
-        files = _Files(np.array(listing.paths), np.array(listing.labels, dtype=np.int32))
+        paths = np.array(listing.paths)
+        files = _Files(paths, np.array(listing.labels, dtype=np.int32),
+                       SampleOrigins.of_files(str(path), paths))
         return (files, None, None, DataKind.IMAGES, listing.class_names,
                 image_x_shape(config.image_size))
     layout = read_npz_layout(path)
@@ -227,7 +238,9 @@ def _read_source(
     check_pairs(path.name, layout.pairs, layout.x_shapes, arrays)
     y_keys = [yk for _, yk in layout.pairs]
     sparse = describe_labels([arrays[k] for k in y_keys], y_keys).kind is LabelKind.SPARSE
-    splits = {xk: _npz_arrays(arrays[xk], arrays[yk], config.rescale, sparse)
+    splits = {xk: _npz_arrays(arrays[xk], arrays[yk], config.rescale, sparse,
+                              SampleOrigins.of_rows(str(path), xk, len(arrays[xk]),
+                                                    layout.x_shapes[xk][1:]))
               for xk, yk in layout.pairs}
     if role == "validation_data":  # a separate file: its own x_val if any, else its x_train
         return (splits.get("x_val", splits["x_train"]), None, None, DataKind.NPZ, (),
@@ -236,15 +249,16 @@ def _read_source(
             npz_x_shape(layout.x_shapes["x_train"], layout.x_dtypes["x_train"]))
 
 
-def _npz_arrays(x: np.ndarray, y: np.ndarray, rescale: float, sparse: bool) -> _Arrays:
+def _npz_arrays(x: np.ndarray, y: np.ndarray, rescale: float, sparse: bool,
+                origin: SampleOrigins) -> _Arrays:
     if x.dtype == np.uint8:  # pixels: scale like an image folder, add the channel axis
         x = x.astype(np.float32) * np.float32(rescale)
         x = x[..., None] if x.ndim == 3 else x
     else:
         x = x.astype(np.float32, copy=False)
     if sparse:
-        return _Arrays(x, y.reshape(len(y)).astype(np.int32))
-    return _Arrays(x, y.astype(np.float32, copy=False))
+        return _Arrays(x, y.reshape(len(y)).astype(np.int32), origin)
+    return _Arrays(x, y.astype(np.float32, copy=False), origin)
 
 
 def _split(data: _Split, fraction: float, seed: int | None) -> tuple[_Split, _Split | None]:
@@ -257,8 +271,8 @@ def _split(data: _Split, fraction: float, seed: int | None) -> tuple[_Split, _Sp
 
 def _take(data: _Split, index: np.ndarray) -> _Split:
     if isinstance(data, _Arrays):
-        return _Arrays(data.x[index], data.y[index])
-    return _Files(data.paths[index], data.labels[index])
+        return _Arrays(data.x[index], data.y[index], data.origin.take(index))
+    return _Files(data.paths[index], data.labels[index], data.origin.take(index))
 
 
 def _len(data: _Split) -> int:
@@ -306,5 +320,5 @@ class _Converter:
         n = min(SAMPLE_BATCH, _len(data))
         if isinstance(data, _Arrays):
             return np.array(data.x[:n])
-        head = _Files(data.paths[:n], data.labels[:n])
+        head = _take(data, np.arange(n))
         return np.stack([x.numpy() for x, _ in self(head)])

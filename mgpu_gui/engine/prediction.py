@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from mgpu_gui.core.datasets.images import decode_image
 from mgpu_gui.core.errors import DataError, ModelError, UserError
+from mgpu_gui.core.evaluation.metrics import top_classes
 from mgpu_gui.core.events import PredictionsMade
 from mgpu_gui.core.modelfiles.card import IMAGES, InputRecord, ModelCard, card_path, read_card
 from mgpu_gui.core.tools.evaluate_job import PredictRequest
@@ -66,8 +67,7 @@ def _predict_batch(model: keras.Model, files: Sequence[Path], inputs: InputRecor
                                                    training=False))
         names = card.class_names or tuple(str(i) for i in range(outputs.shape[-1]))
         for (index, _), probabilities in zip(ready, outputs, strict=True):
-            best = np.argsort(-probabilities, kind="stable")[:top]
-            rows[index]["top"] = [[names[i], float(probabilities[i])] for i in best]
+            rows[index]["top"] = [list(pair) for pair in top_classes(probabilities, names, top)]
     return rows
 
 

@@ -222,6 +222,7 @@ def dialogs(window) -> dict[str, Callable[[], QDialog]]:
         from mgpu_gui.core.config import RunConfig
         from mgpu_gui.core.evaluation.metrics import classifier_metrics
         from mgpu_gui.core.evaluation.result import EvaluationResult, Split
+        from mgpu_gui.core.evaluation.samples import SampleOrigins
         from mgpu_gui.core.runs.folder import create_run_dir
         from mgpu_gui.core.runs.store import RunStore
         from mgpu_gui.gui.dialogs.evaluation import EvaluationDialog, Subject
@@ -235,10 +236,14 @@ def dialogs(window) -> dict[str, Callable[[], QDialog]]:
         labels = rng.integers(0, 20, 2000)
         outputs = rng.dirichlet(np.ones(20), 2000)
         names = tuple(f"class_{i:02d}_with_a_long_folder_name" for i in range(20))
-        result = EvaluationResult(str(run_dir.path / "model.keras"), "/data/images/flowers",
+        data = run_dir.path.parent / "flowers.npz"  # pictures for the cell's thumbnails
+        np.savez(data, x_test=rng.integers(0, 256, (2000, 32, 32, 3), dtype=np.uint8),
+                 y_test=labels)
+        result = EvaluationResult(str(run_dir.path / "model.keras"), str(data),
                                   Split.TEST, 2000, 2.9,
                                   classifier=classifier_metrics(labels, outputs, names))
-        result.save(run_dir.path, labels, outputs)
+        result.save(run_dir.path, labels, outputs,
+                    SampleOrigins.of_rows(str(data), "x_test", 2000, (32, 32, 3)))
         store.save_evaluation(record.id, result)
         dialog = EvaluationDialog(Subject.of_run(record), store, window)
         wait_until(lambda: dialog.loaded is not None)

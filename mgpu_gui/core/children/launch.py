@@ -33,6 +33,7 @@ class Child(StrEnum):
     DATA_CHECK = "mgpu_gui.processes.data_check"
     EVALUATOR = "mgpu_gui.processes.evaluator"
     DATA_OVERVIEW = "mgpu_gui.processes.data_overview"
+    SAMPLE_IMAGES = "mgpu_gui.processes.sample_images"
 
 
 class UnknownChildError(ValueError):

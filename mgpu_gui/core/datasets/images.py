@@ -12,7 +12,10 @@ animation, alpha dropped, 16-bit samples shifted to 8 bits.
 
 from __future__ import annotations
 
+import base64
+import io
 import os
+from collections.abc import Sequence
 
 import numpy as np
 from PIL import Image, ImageFile
@@ -52,6 +55,35 @@ def check_header(path: str | os.PathLike[str]) -> tuple[int, int]:
             return image.width, image.height
     except Exception as error:
         raise corrupt(path, error) from error
+
+
+def drawable(sample_shape: Sequence[int]) -> bool:
+    """Whether array samples of this shape are pictures: 2-D, or 3-D with 1, 3 or 4
+    channels."""
+    return len(sample_shape) == 2 or (len(sample_shape) == 3 and sample_shape[-1] in (1, 3, 4))
+
+
+def array_image(sample: np.ndarray) -> Image.Image:
+    """An array sample (a `drawable` shape) drawn as imshow would: its own range stretched
+    to black..white."""
+    values = np.nan_to_num(sample.astype(np.float64), nan=0.0, posinf=0.0, neginf=0.0)
+    if values.ndim == 3 and values.shape[-1] == 1:
+        values = values[..., 0]
+    span = values.max() - values.min()
+    scaled = (values - values.min()) / span * 255 if span else np.zeros_like(values)
+    image = Image.fromarray(scaled.round().astype(np.uint8))
+    return image.convert("RGB") if image.mode == "RGBA" else image
+
+
+def thumbnail_png(image: Image.Image, px: int) -> str:
+    """`image` fitted into `px` on its longer side (small ones enlarged with crisp pixels),
+    as base64 PNG: plain text for a child's JSON events, decoded by QImage in the GUI."""
+    scale = px / max(image.size)
+    size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
+    resample = Image.Resampling.NEAREST if scale > 1 else Image.Resampling.BILINEAR
+    buffer = io.BytesIO()
+    image.resize(size, resample).save(buffer, "PNG")
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
 def corrupt(path: str | os.PathLike[str], error: BaseException) -> CorruptImageError:

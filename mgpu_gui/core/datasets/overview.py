@@ -14,8 +14,6 @@ files are parsed here, so this runs in a child (`processes/data_overview.py`).
 
 from __future__ import annotations
 
-import base64
-import io
 import os
 import time
 import zipfile
@@ -193,7 +191,8 @@ def _demo(stage: Callable[[DataOverview], DataOverview]) -> DataOverview:
         label_note="", imbalance=imbalance_warning(names, splits[0].counts),
         input_shape=(*x.shape[1:], 1), stored=f"digits: {x.dtype} {x.shape}",
         dtype=str(x.dtype)))
-    thumbs = tuple(Thumbnail(int(labels[i]), f"sample {i}", _array_png(x[i]))
+    thumbs = tuple(Thumbnail(int(labels[i]), f"sample {i}",
+                             images.thumbnail_png(images.array_image(x[i]), THUMB_PX))
                    for i in _first_per_class(labels[rest], len(names), rest))
     overview = stage(replace(overview, stage=Stage.SAMPLES, thumbnails=thumbs))
     return stage(replace(overview, stage=Stage.DONE, value_min=float(x.min()),
@@ -277,7 +276,7 @@ def _scan_npz(path: Path, shape: tuple[int, ...], overview: DataOverview, wanted
 
 def _drawable(sample: tuple[int, ...]) -> tuple[bool, str]:
     """Whether samples of this shape are images (2-D, or 3-D with 1, 3 or 4 channels)."""
-    if len(sample) == 2 or (len(sample) == 3 and sample[-1] in (1, 3, 4)):
+    if images.drawable(sample):
         return True, ""
     return False, f"Samples of shape {sample} are not images: none drawn."
 
@@ -285,7 +284,8 @@ def _drawable(sample: tuple[int, ...]) -> tuple[bool, str]:
 def _npz_thumb(index: int, sample: np.ndarray, train: np.ndarray,
                kind: LabelKind) -> Thumbnail:
     label = int(label_classes(train[index:index + 1], kind)[0])
-    return Thumbnail(label, f"sample {index}", _array_png(sample))
+    return Thumbnail(label, f"sample {index}",
+                     images.thumbnail_png(images.array_image(sample), THUMB_PX))
 
 
 def _class_counts(y: np.ndarray, kind: LabelKind, classes: int) -> tuple[int, ...]:
@@ -302,19 +302,6 @@ def _first_per_class(ids: np.ndarray, classes: int, rows: np.ndarray) -> list[in
     picked = [rows[np.flatnonzero(ids == c)[:THUMBS_PER_CLASS]]
               for c in range(min(classes, THUMB_CLASSES))]
     return [int(i) for block in picked for i in block]
-
-
-def _array_png(sample: np.ndarray) -> str:
-    """A sample drawn as imshow would: its own range stretched to black..white."""
-    values = np.nan_to_num(sample.astype(np.float64), nan=0.0, posinf=0.0, neginf=0.0)
-    if values.ndim == 3 and values.shape[-1] == 1:
-        values = values[..., 0]
-    span = values.max() - values.min()
-    scaled = (values - values.min()) / span * 255 if span else np.zeros_like(values)
-    image = Image.fromarray(scaled.round().astype(np.uint8))
-    if image.mode == "RGBA":
-        image = image.convert("RGB")
-    return _png(image)
 
 
 # -- image folders -----------------------------------------------------------------
@@ -371,7 +358,7 @@ def _folder_thumbnails(paths: Sequence[str], labels: np.ndarray, picks: list[int
         low, high = min(low, int(pixels.min())), max(high, int(pixels.max()))
         image = Image.fromarray(pixels)
         thumbs.append(Thumbnail(int(labels[index]), os.path.basename(paths[index]),
-                                _png(image)))
+                                images.thumbnail_png(image, THUMB_PX)))
     notes = []
     if read < len(picks):
         notes.append(f"{len(picks) - read} samples not drawn: decoding took over "
@@ -389,16 +376,6 @@ def _folder_thumbnails(paths: Sequence[str], labels: np.ndarray, picks: list[int
 def _random_of(indices: np.ndarray, limit: int, rng: np.random.Generator) -> np.ndarray:
     """At most `limit` of `indices`, in a random order."""
     return rng.permutation(indices)[:limit]
-
-
-def _png(image: Image.Image) -> str:
-    """`image` fitted into THUMB_PX (small ones enlarged with crisp pixels) as base64 PNG."""
-    scale = THUMB_PX / max(image.size)
-    size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
-    resample = Image.Resampling.NEAREST if scale > 1 else Image.Resampling.BILINEAR
-    buffer = io.BytesIO()
-    image.resize(size, resample).save(buffer, "PNG")
-    return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
 __all__ = ["DataOverview", "OverviewRequest", "SizeCount", "SplitCounts", "Stage",

@@ -11,6 +11,7 @@ says more than top-1.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -108,6 +109,14 @@ def samples_in_cell(labels: np.ndarray, probabilities: np.ndarray, true: int,
     chosen = np.flatnonzero((labels == true) & (probabilities.argmax(axis=1) == predicted))
     confidence = probabilities[chosen, predicted]
     return chosen[np.argsort(-confidence, kind="stable")]
+
+
+def top_classes(probabilities: np.ndarray, names: Sequence[str], k: int = TOP_K
+                ) -> list[tuple[str, float]]:
+    """One sample's `k` most probable classes, (name, probability), most probable first
+    (ties in class order)."""
+    best = np.argsort(-probabilities, kind="stable")[:k]
+    return [(names[i], float(probabilities[i])) for i in best]
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,8 @@
 
 `evaluation.json` holds this result (reopening a run's evaluation reads nothing
 else); the predictions it came from (`evaluation-predictions.npz`: the labels, as
-class ids for a classifier, and the model's outputs, one row per sample) back the
-views that list samples.
+class ids for a classifier, the model's outputs, one row per sample, and where each
+sample came from) back the views that list and draw samples.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import numpy as np
 
 from mgpu_gui.core.errors import DataError
 from mgpu_gui.core.evaluation.metrics import ClassifierMetrics, RegressionMetrics
+from mgpu_gui.core.evaluation.samples import SampleOrigins
 
 RESULT_FILE = "evaluation.json"
 PREDICTIONS_FILE = "evaluation-predictions.npz"
@@ -75,9 +76,12 @@ class EvaluationResult:
             regression=None if regression is None else RegressionMetrics(**regression),
             seconds=data.get("seconds", 0.0))
 
-    def save(self, folder: Path, labels: np.ndarray, outputs: np.ndarray) -> Path:
-        """Write the result and its predictions into `folder`; return the result's path."""
-        np.savez(folder / PREDICTIONS_FILE, labels=labels, outputs=outputs)
+    def save(self, folder: Path, labels: np.ndarray, outputs: np.ndarray,
+             origins: SampleOrigins) -> Path:
+        """Write the result and its predictions (with where each sample came from) into
+        `folder`; return the result's path."""
+        np.savez(folder / PREDICTIONS_FILE, labels=labels, outputs=outputs,
+                 **origins.to_arrays())
         path = folder / RESULT_FILE
         path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
         return path

@@ -37,8 +37,9 @@ from mgpu_gui.core.config import DeviceSelection, RunConfig
 from mgpu_gui.core.devices.nvml import query_inventory
 from mgpu_gui.core.devices.plan import plan_devices
 from mgpu_gui.core.evaluation import report
-from mgpu_gui.core.evaluation.metrics import TOP_K, ClassifierMetrics, samples_in_cell
+from mgpu_gui.core.evaluation.metrics import TOP_K, ClassifierMetrics, top_classes
 from mgpu_gui.core.evaluation.result import PREDICTIONS_FILE, EvaluationResult
+from mgpu_gui.core.evaluation.samples import SampleOrigins
 from mgpu_gui.core.events import (
     EvaluationDone,
     EvaluationFailed,
@@ -48,6 +49,7 @@ from mgpu_gui.core.events import (
 from mgpu_gui.core.runs.folder import RunDir
 from mgpu_gui.core.runs.store import RunRecord, RunStore
 from mgpu_gui.core.tools.evaluate_job import EvaluateJob, EvaluateRequest, PredictRequest
+from mgpu_gui.gui.dialogs.cell_samples import CellSamples, Predictions
 from mgpu_gui.gui.jobs.child_job import ChildJobRunner
 from mgpu_gui.gui.theme import plot_colors
 from mgpu_gui.gui.widgets.confusion import CellText, ConfusionModel, ConfusionView
@@ -66,6 +68,8 @@ class Loaded:
     result: EvaluationResult
     labels: np.ndarray
     outputs: np.ndarray
+    origins: SampleOrigins | None  # where each sample came from (None: an older evaluation)
+    predictions: Path  # the file they were read from
     fresh: bool  # evaluated just now: the history keeps it
 
 
@@ -136,8 +140,11 @@ class EvaluationJob:
                 assert isinstance(outcome, EvaluationFailed)
                 return outcome
             result = EvaluationResult.from_dict(outcome.result)
-        with np.load(self.folder / PREDICTIONS_FILE) as kept:
-            return Loaded(result, kept["labels"], kept["outputs"], fresh=self.stored is None)
+        predictions = self.folder / PREDICTIONS_FILE
+        with np.load(predictions) as kept:
+            return Loaded(result, kept["labels"], kept["outputs"],
+                          SampleOrigins.from_arrays(kept), predictions,
+                          fresh=self.stored is None)
 
     def cancel(self) -> None:
         self._cancelled = True
@@ -250,6 +257,8 @@ class EvaluationDialog(QDialog):
     def closeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         self._jobs.shutdown()  # kills a running evaluator child
         self._tries.shutdown()
+        if hasattr(self, "cell"):
+            self.cell.shutdown()
         super().closeEvent(event)
 
     # -- results -----------------------------------------------------------------------
@@ -303,41 +312,39 @@ class EvaluationDialog(QDialog):
             for c, value in enumerate((name, f"{precision:.3f}", f"{recall:.3f}", f"{f1:.3f}",
                                        str(support))):
                 self.scores.setItem(r, c, QTableWidgetItem(value))
-        self.cell_title = QLabel("Click a cell of the matrix to list its samples.", side)
-        self.cell_title.setWordWrap(True)
-        self.samples = _table(side, ("Sample", "True", "Predicted", "Confidence"),
-                              "Samples of the selected cell, most confident first")
-        assert self.loaded is not None
-        self.try_sample = TrySample(self.loaded.result.samples, side)
+        loaded = self.loaded
+        assert loaded is not None
+        self.cell = CellSamples(Predictions(
+            loaded.predictions, loaded.labels, loaded.outputs, loaded.origins,
+            metrics.class_names, loaded.result.split.words), side)
+        self.try_sample = TrySample(loaded.result.samples, side)
         self.try_sample.file_chosen.connect(self.try_file)
         self.try_sample.sample_chosen.connect(self.try_number)
-        self.samples.cellClicked.connect(self._listed_sample_clicked)
+        self.cell.sample_chosen.connect(self._listed_sample_clicked)
         layout = QVBoxLayout(side)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.scores, 1)
-        layout.addWidget(self.cell_title)
-        layout.addWidget(self.samples, 1)
+        layout.addWidget(self.cell, 2)
         layout.addWidget(self.try_sample)
         return side
 
     def try_file(self, path: Path) -> None:
-        self.try_sample.show_message(f"Predicting {path.name}…")
+        self.try_sample.top.show_message(f"Predicting {path.name}…")
         self._tries.start(TryFileJob(self.subject, path))
 
     def _tried(self, outcome: PredictionsMade | EvaluationFailed) -> None:
         if isinstance(outcome, EvaluationFailed):
-            self.try_sample.show_message(outcome.message)
+            self.try_sample.top.show_message(outcome.message)
             return
         row = outcome.rows[0]
         if row["error"]:
-            self.try_sample.show_message(row["error"])
+            self.try_sample.top.show_message(row["error"])
             return
-        self.try_sample.show_top(f"{Path(row['file']).name} ({outcome.inputs}):",
+        self.try_sample.top.show_top(f"{Path(row['file']).name} ({outcome.inputs}):",
                                  [(name, p) for name, p in row["top"]])
 
-    def _listed_sample_clicked(self, row: int, _column: int) -> None:
+    def _listed_sample_clicked(self, sample: int) -> None:
         """A sample of a cell's list: its top classes in "Try a sample"."""
-        sample = int(self.samples.item(row, 0).text())
         self.try_sample.number.setValue(sample)
         self.try_number(sample)
 
@@ -345,30 +352,14 @@ class EvaluationDialog(QDialog):
         """A sample of the evaluated split: its top classes from the kept predictions."""
         assert self.loaded is not None and self.loaded.result.classifier is not None
         names = self.loaded.result.classifier.class_names
-        probabilities = self.loaded.outputs[sample]
-        best = np.argsort(-probabilities, kind="stable")[:TOP_K]
         true = names[int(self.loaded.labels[sample])]
-        self.try_sample.show_top(
+        self.try_sample.top.show_top(
             f"Sample #{sample} of the {self.loaded.result.split.words} split (true: {true}):",
-            [(names[i], float(probabilities[i])) for i in best])
+            top_classes(self.loaded.outputs[sample], names))
 
     def show_cell(self, index: QModelIndex) -> None:
-        """List the samples of class `index.row()` predicted as `index.column()`."""
-        assert self.loaded is not None and self.loaded.result.classifier is not None
-        true, predicted = index.row(), index.column()
-        names = self.loaded.result.classifier.class_names
-        probabilities = self.loaded.outputs
-        chosen = samples_in_cell(self.loaded.labels, probabilities, true, predicted)
-        split = self.loaded.result.split.words
-        self.cell_title.setText(
-            f"True {names[true]}, predicted {names[predicted]}: {len(chosen)} sample(s) of "
-            f"the {split} split, most confident first")
-        self.samples.setRowCount(len(chosen))
-        for r, sample in enumerate(chosen):
-            values = (str(int(sample)), names[true], names[predicted],
-                      f"{float(probabilities[sample, predicted]):.1%}")
-            for c, value in enumerate(values):
-                self.samples.setItem(r, c, QTableWidgetItem(value))
+        """The samples of class `index.row()` predicted as `index.column()`."""
+        self.cell.show_cell(index.row(), index.column())
 
     def _residual_plot(self, loaded: Loaded) -> QWidget:
         targets = loaded.labels.reshape(len(loaded.labels), -1)[:, 0].astype(np.float64)

@@ -3,18 +3,15 @@ model's most probable classes as bars."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 from PySide6.QtCore import Signal
 from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import (
     QFileDialog,
-    QGridLayout,
     QGroupBox,
     QHBoxLayout,
     QLabel,
-    QProgressBar,
     QPushButton,
     QSpinBox,
     QVBoxLayout,
@@ -22,8 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from mgpu_gui.core.datasets.inspection import IMAGE_SUFFIXES
-
-BAR_STEPS = 1000
+from mgpu_gui.gui.widgets.probability_bars import ProbabilityBars
 
 
 class TrySample(QGroupBox):
@@ -42,9 +38,7 @@ class TrySample(QGroupBox):
         self.number.setAccessibleName("Sample number")
         show = QPushButton("Show sample", self)
         show.clicked.connect(lambda: self.sample_chosen.emit(self.number.value()))
-        self.title = QLabel("Drop an image file here, or:", self)
-        self.title.setWordWrap(True)
-        self.bars = QGridLayout()
+        self.top = ProbabilityBars("Drop an image file here, or:", self)
         row = QHBoxLayout()
         row.addWidget(pick)
         row.addStretch(1)
@@ -52,28 +46,8 @@ class TrySample(QGroupBox):
         row.addWidget(self.number)
         row.addWidget(show)
         layout = QVBoxLayout(self)
-        layout.addWidget(self.title)
+        layout.addWidget(self.top)
         layout.addLayout(row)
-        layout.addLayout(self.bars)
-
-    def show_top(self, title: str, top: Sequence[tuple[str, float]]) -> None:
-        """`top`: (class, probability), most probable first."""
-        self.title.setText(title)
-        while self.bars.count():
-            item = self.bars.takeAt(0)
-            if item.widget() is not None:
-                item.widget().deleteLater()
-        for r, (name, probability) in enumerate(top):
-            bar = QProgressBar(self)
-            bar.setRange(0, BAR_STEPS)
-            bar.setValue(round(probability * BAR_STEPS))
-            bar.setFormat(f"{probability:.1%}")
-            bar.setAccessibleName(f"{name}: {probability:.1%}")
-            self.bars.addWidget(QLabel(name, self), r, 0)
-            self.bars.addWidget(bar, r, 1)
-
-    def show_message(self, text: str) -> None:
-        self.show_top(text, [])
 
     def _pick(self) -> None:
         patterns = " ".join(f"*{suffix}" for suffix in IMAGE_SUFFIXES)

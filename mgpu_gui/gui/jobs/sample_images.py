@@ -1,0 +1,59 @@
+"""Pictures of evaluated samples, drawn in their child and shown as they come.
+
+`SampleImagesLoader.load(request)` runs a `SampleImagesJob` on a
+`ChildJobRunner` thread; each chunk of pictures arrives as `drawn(first,
+images)`, decoded into QImages on the job's thread (QImage, unlike QPixmap, may
+be made there), so the GUI thread only puts them on screen. A newer `load` or
+`shutdown` kills the running child and drops its reports.
+"""
+
+from __future__ import annotations
+
+import base64
+
+from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtGui import QImage
+
+from mgpu_gui.core.children.sample_images import SampleImagesJob
+from mgpu_gui.core.evaluation.samples import DrawRequest
+from mgpu_gui.core.events import SamplesDrawFailed
+from mgpu_gui.gui.jobs.child_job import ChildJobRunner
+
+
+def _image(png: str) -> QImage:
+    """A null QImage for a sample that could not be decoded."""
+    return QImage.fromData(base64.b64decode(png), "PNG") if png else QImage()
+
+
+class SampleImagesLoader(QObject):
+    drawn = Signal(int, list)  # the first pick's position, QImages in pick order
+    failed = Signal(str)  # what to show instead
+    _part = Signal(object, int, list)  # the load's token, first, QImages: from the job thread
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.runner = ChildJobRunner(self)
+        self.runner.finished.connect(self._finished)
+        self._part.connect(self._show_part, Qt.ConnectionType.QueuedConnection)
+        self._token: object | None = None
+
+    def load(self, request: DrawRequest) -> None:
+        token = self._token = object()
+        self.runner.start(SampleImagesJob(request, lambda first, pngs: self._part.emit(
+            token, first, [_image(png) for png in pngs])))
+
+    def shutdown(self) -> None:
+        self._token = None
+        self.runner.shutdown()
+
+    def _show_part(self, token: object, first: int, images: list[QImage]) -> None:
+        if token is self._token:
+            self.drawn.emit(first, images)
+
+    def _finished(self, outcome: SamplesDrawFailed | None) -> None:
+        if outcome is not None:
+            self.failed.emit(outcome.message if outcome.user_error else
+                             f"Drawing the samples failed unexpectedly: {outcome.message}")
+
+
+__all__ = ["SampleImagesLoader"]
