@@ -70,7 +70,6 @@ class Loaded:
     outputs: np.ndarray
     origins: SampleOrigins | None  # where each sample came from (None: an older evaluation)
     predictions: Path  # the file they were read from
-    fresh: bool  # evaluated just now: the history keeps it
 
 
 @dataclass(frozen=True)
@@ -109,21 +108,24 @@ class Subject:
 
 
 class _Progress(QObject):
+    evaluating = Signal()  # none was kept: the evaluator child starts
     changed = Signal(int, int)  # samples done, of
 
 
 class EvaluationJob:
-    """Off the GUI thread: the devices (NVML), the evaluator child, the predictions."""
+    """Off the GUI thread: the kept evaluation (the run store, the run folder), else the
+    devices (NVML) and the evaluator child; then the predictions."""
 
-    def __init__(self, subject: Subject, folder: Path, stored: EvaluationResult | None,
+    def __init__(self, subject: Subject, folder: Path, store: Path | None,
                  progress: _Progress):
-        self.subject, self.folder, self.stored, self.progress = subject, folder, stored, progress
+        self.subject, self.folder, self.store, self.progress = subject, folder, store, progress
         self._job: EvaluateJob | None = None
         self._cancelled = False
 
     def run(self) -> Loaded | EvaluationFailed:
-        result = self.stored
+        result = self._stored()
         if result is None:
+            self.progress.evaluating.emit()
             model = self.subject.model()
             if model is None:
                 return EvaluationFailed("This run has no trained model yet: finish at least "
@@ -140,11 +142,21 @@ class EvaluationJob:
                 assert isinstance(outcome, EvaluationFailed)
                 return outcome
             result = EvaluationResult.from_dict(outcome.result)
+            if self.store is not None and self.subject.run_id is not None:
+                with RunStore(self.store) as store:  # this thread's own connection
+                    store.save_evaluation(self.subject.run_id, result)
         predictions = self.folder / PREDICTIONS_FILE
         with np.load(predictions) as kept:
             return Loaded(result, kept["labels"], kept["outputs"],
-                          SampleOrigins.from_arrays(kept), predictions,
-                          fresh=self.stored is None)
+                          SampleOrigins.from_arrays(kept), predictions)
+
+    def _stored(self) -> EvaluationResult | None:
+        """The run's kept evaluation, if its folder still has the predictions."""
+        if self.store is None or self.subject.run_id is None:
+            return None
+        with RunStore(self.store) as store:
+            stored = store.evaluation(self.subject.run_id)
+        return stored if (self.folder / PREDICTIONS_FILE).is_file() else None
 
     def cancel(self) -> None:
         self._cancelled = True
@@ -180,10 +192,10 @@ class TryFileJob:
 class EvaluationDialog(QDialog):
     def __init__(self, subject: Subject, store: RunStore | None = None,
                  parent: QWidget | None = None):
-        """A run's subject keeps its result in its folder and in `store`; a model file's
-        in a temporary folder, gone with the view."""
+        """A run's subject keeps its result in its folder and in `store` (read and written
+        off the GUI thread); a model file's in a temporary folder, gone with the view."""
         super().__init__(parent)
-        self.subject, self.store = subject, store
+        self.subject = subject
         self.loaded: Loaded | None = None
         self.setWindowTitle(f"Evaluation of {subject.title}")
         self.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
@@ -200,21 +212,17 @@ class EvaluationDialog(QDialog):
         self._jobs.finished.connect(self._ended)
         self._tries = ChildJobRunner(self)
         self._tries.finished.connect(self._tried)
-        stored = None
+        self._progress.evaluating.connect(lambda: self.status.setText(
+            "Evaluating every test (else validation) sample in a background process…"))
         if subject.run_dir is not None:
             folder = subject.run_dir.path
-            if store is not None and subject.run_id is not None:
-                stored = store.evaluation(subject.run_id)
-            if stored is not None and not (folder / PREDICTIONS_FILE).is_file():
-                stored = None  # the folder lost its predictions: evaluate again
         else:
             self._scratch = tempfile.TemporaryDirectory(prefix="mgpu-evaluation-")
             folder = Path(self._scratch.name)
             self.destroyed.connect(self._scratch.cleanup)
-        self.status.setText("Reading the evaluation…" if stored is not None else
-                            "Evaluating every test (else validation) sample in a "
-                            "background process…")
-        self._jobs.start(EvaluationJob(subject, folder, stored, self._progress))
+        self.status.setText("Reading the evaluation…")
+        self._jobs.start(EvaluationJob(subject, folder, None if store is None else store.path,
+                                       self._progress))
 
     # -- waiting ------------------------------------------------------------------------
     def _progress_page(self) -> QWidget:
@@ -248,8 +256,6 @@ class EvaluationDialog(QDialog):
             self.bar.hide()
             self.cancel_button.setText("Close")
             return
-        if outcome.fresh and self.store is not None and self.subject.run_id is not None:
-            self.store.save_evaluation(self.subject.run_id, outcome.result)
         self.loaded = outcome
         self._fill(outcome)
         self.pages.setCurrentWidget(self.results)
