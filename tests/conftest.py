@@ -57,6 +57,11 @@ def _isolated_settings(request, tmp_path_factory):
     QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, str(folder))
     QCoreApplication.setOrganizationName("mgpu-gui-tests")
     QCoreApplication.setApplicationName("mgpu-gui-tests")
+    from mgpu_gui.gui.tool_dialogs import EVALUATE_FINISHED_KEY
+
+    # Windows that finish runs start no evaluator child (TensorFlow, seconds) each; the
+    # test of that switch turns it on.
+    QSettings().setValue(EVALUATE_FINISHED_KEY, False)
     yield
 
 

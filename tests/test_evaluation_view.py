@@ -17,7 +17,7 @@ from mgpu_gui.core.evaluation.metrics import classifier_metrics, regression_metr
 from mgpu_gui.core.evaluation.result import PREDICTIONS_FILE, EvaluationResult, Split
 from mgpu_gui.core.evaluation.samples import SampleOrigins
 from mgpu_gui.core.events import EpochEnd, PredictionsMade
-from mgpu_gui.core.runs.folder import create_run_dir
+from mgpu_gui.core.runs.folder import RunDir, create_run_dir
 from mgpu_gui.core.runs.store import RunRecord, RunStore
 from mgpu_gui.core.tools import evaluate_job
 from mgpu_gui.gui.dialogs.cell_samples import SAMPLE_ROLE
@@ -238,3 +238,40 @@ def test_the_run_menu_evaluates_the_chosen_model_file_on_the_chosen_data(
         assert store.runs() == []  # nothing recorded: no run
     dialog.close()
     qtbot.waitUntil(lambda: not scratch.exists())
+
+
+def test_a_finished_run_opens_in_the_evaluation_view_when_the_switch_is_on(qtbot, window,
+                                                                          tmp_path):
+    from PySide6.QtCore import QSettings
+
+    from mgpu_gui.core.children.supervisor import RunOutcome
+    from mgpu_gui.core.events import RunStarted, RunStatus
+    from mgpu_gui.gui.tool_dialogs import EVALUATE_FINISHED_KEY
+
+    record = a_run(window.store, tmp_path)
+    labels, outputs = fixed_predictions()
+    keep(record, window.store, EvaluationResult(
+        "model.keras", "digits.npz", Split.TEST, 40, 0.5,
+        classifier=classifier_metrics(labels, outputs, NAMES)), labels, outputs,
+        pictures(tmp_path, 40))
+    window.runs_panel.refresh()
+    window.last_run = RunDir(record.run_dir)
+
+    def finish(status: RunStatus, held_out: int) -> list:
+        begun = RunStarted(
+            run_dir=str(record.run_dir), device_kind="cpu", devices=[], device_names=[],
+            num_replicas=2, batch_per_replica=32, global_batch=64, train_samples=640,
+            val_samples=0, test_samples=held_out, steps_per_epoch=10, dropped_per_epoch=0,
+            epochs=2, initial_epoch=0, model_name="m", params=1, cross_device_ops="",
+            tf_version="", keras_version="")
+        window.controller.finished.emit(RunOutcome(status, "", events=[begun]))
+        return [d for d in window.runs_panel._dialogs if isinstance(d, EvaluationDialog)]
+
+    assert finish(RunStatus.COMPLETED, 40) == []  # the tests' default: off
+    window.evaluate_finished_action.setChecked(True)
+    assert QSettings().value(EVALUATE_FINISHED_KEY, type=bool) is True  # remembered
+    assert finish(RunStatus.STOPPED, 40) == [] and finish(RunStatus.COMPLETED, 0) == []
+    [dialog] = finish(RunStatus.COMPLETED, 40)
+    assert dialog.subject.run_id == record.id
+    qtbot.waitUntil(lambda: dialog.loaded is not None, timeout=15_000)
+    dialog.close()

@@ -175,6 +175,7 @@ class MainWindow(ToolDialogs, RunHistory, ExportActions, QMainWindow):
         run_menu.addAction(self.scaling_action)
         run_menu.addAction(self.batch_action)
         run_menu.addAction(self.evaluate_action)
+        run_menu.addAction(self.make_evaluate_finished_action())
         help_menu = bar.addMenu("&Help")
         help_menu.addAction(self.doctor_action)
         help_menu.addAction(self.about_action)
@@ -364,6 +365,7 @@ class MainWindow(ToolDialogs, RunHistory, ExportActions, QMainWindow):
                 isinstance(e, RunFailed) for e in outcome.events):
             self.banner.show_error(outcome.message)  # the worker died without a word
         self.notifier.notify(outcome_notice(self.last_run, outcome))
+        self.evaluate_finished_run(outcome)
         if self.last_run is not None and not self.last_run.path.exists():
             self.last_run = None  # a run refused during setup leaves no folder
         self._update_actions()

@@ -13,10 +13,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from PySide6.QtCore import QSettings
+from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QDialog
 
+from mgpu_gui.core.children.supervisor import RunOutcome
 from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig
 from mgpu_gui.core.devices.nvml import GpuInventory
+from mgpu_gui.core.events import RunStarted, RunStatus
 from mgpu_gui.gui.widgets.focus import return_focus_on_close
 
 # Each dialog's module loads when it first opens: the first window paints sooner.
@@ -28,6 +32,7 @@ if TYPE_CHECKING:
     from mgpu_gui.gui.dialogs.evaluation import EvaluationDialog
     from mgpu_gui.gui.dialogs.scaling import ScalingDialog
 
+EVALUATE_FINISHED_KEY = "run/evaluate_finished"
 DIALOGS = ("about_dialog", "doctor_dialog", "scaling_dialog", "batch_dialog", "cluster_dialog",
            "evaluation_dialog")
 
@@ -124,6 +129,30 @@ class ToolDialogs:
             return EvaluationDialog(Subject.of_files(config), None, self)
 
         return self._show_dialog("evaluation_dialog", make, fresh=True)
+
+    def make_evaluate_finished_action(self) -> QAction:
+        """The Run menu's switch: a completed run opens in the Evaluation view (remembered)."""
+        act = QAction("Evaluate each &finished run", self)
+        act.setCheckable(True)
+        act.setChecked(QSettings().value(EVALUATE_FINISHED_KEY, True, type=bool))
+        act.setStatusTip("When a run completes, open its Evaluation view: every test (else "
+                         "validation) sample is predicted in a background process")
+        act.toggled.connect(lambda on: QSettings().setValue(EVALUATE_FINISHED_KEY, on))
+        self.evaluate_finished_action = act
+        return act
+
+    def evaluate_finished_run(self, outcome: RunOutcome) -> EvaluationDialog | None:
+        """The window's run has ended: a completed one with held-out samples opens in the
+        Evaluation view, as the Run menu's switch says."""
+        if (not self.evaluate_finished_action.isChecked() or self.last_run is None
+                or outcome.status not in (RunStatus.COMPLETED, RunStatus.EARLY_STOPPED)):
+            return None
+        started = next((e for e in outcome.events if isinstance(e, RunStarted)), None)
+        if started is None or not (started.val_samples or started.test_samples):
+            return None  # nothing held out to judge the model by
+        folder = self.last_run.path
+        record = next((r for r in self.runs_panel.records() if r.run_dir == folder), None)
+        return None if record is None else self.runs_panel.evaluate_run(record)
 
     def _current_config(self) -> RunConfig:
         return self.run_setup.build_config(self.gpu_panel.device_selection())

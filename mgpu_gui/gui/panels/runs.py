@@ -298,9 +298,15 @@ class RunsPanel(QWidget):
 
     def evaluate(self) -> EvaluationDialog | None:
         selected = self.selected_records()
-        if len(selected) != 1 or self.store is None or not selected[0].folder_exists:
+        if len(selected) != 1 or not selected[0].folder_exists:
             return None
-        dialog = EvaluationDialog(Subject.of_run(selected[0]), self.store, self)
+        return self.evaluate_run(selected[0])
+
+    def evaluate_run(self, record: RunRecord) -> EvaluationDialog | None:
+        """The run's Evaluation view: its kept evaluation, else a fresh one."""
+        if self.store is None:
+            return None
+        dialog = EvaluationDialog(Subject.of_run(record), self.store, self)
         self._dialogs.append(dialog)
         dialog.destroyed.connect(lambda _=None, d=dialog: self._forget_dialog(d))
         return_focus_on_close(dialog)
