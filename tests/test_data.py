@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tensorflow as tf
 from PIL import Image
 
 from mgpu_gui.core.config import RunConfig
@@ -142,14 +143,60 @@ def test_image_folder_sorted_classes_resized_and_rescaled(tmp_path):
     assert data.class_names == ("ant", "moth", "zebra") and data.num_classes == 3
     assert (data.train_samples, data.val_samples) == (9, 3)
     assert data.input_shape == (5, 7, 3)
-    batch = batch_for_training(data.train, 9, 3, shuffle=True, seed=1, cache=False)
+    assert data.train.element_spec[0].dtype == tf.uint8  # what a cache holds
+    batch = batch_for_training(data.train, 9, 3, shuffle=True, seed=1, cache=True,
+                               finish=data.finish)
     for xs, ys in batch:
-        assert xs.shape == (3, 5, 7, 3)
+        assert xs.shape == (3, 5, 7, 3) and xs.dtype == tf.float32
         assert np.allclose(xs.numpy(), 1.0, atol=0.02)  # white pixels x 1/255
         assert set(ys.numpy()) <= {0, 1, 2}
     labels = sorted(int(y) for ds in (data.train, data.val) for _, y in ds)
     assert labels == [0] * 3 + [1] * 5 + [2] * 4
     assert data.x_sample.shape == (3, 5, 7, 3)
+
+
+KILLED_MID_PASS = """
+import os, signal, sys
+from pathlib import Path
+from mgpu_gui.core.config import RunConfig
+from mgpu_gui.engine import pipeline
+pipeline.batching.fits_in_memory = lambda *a, **k: False
+data = pipeline.load_data(RunConfig(data=sys.argv[1], image_size=(6, 6), validation_split=0))
+cache = pipeline.cache_for(data, "train", Path(sys.argv[2]))
+for i, _ in enumerate(pipeline.batch_for_training(data.train, data.train_samples, 2,
+                                                  shuffle=False, seed=0, cache=cache)):
+    if i == 2:
+        os.kill(os.getpid(), signal.SIGKILL)  # as a killed worker: mid-way through the pass
+"""
+
+
+def test_a_disk_cache_left_by_a_killed_worker_is_rebuilt_then_reused(tmp_path, monkeypatch):
+    """tf.data's file cache leaves a lock file when killed mid-pass, and the next
+    iterator would refuse it ("a concurrently running iterator")."""
+    from mgpu_gui.engine import pipeline
+
+    root = make_folder(tmp_path / "imgs", {"a": 5, "b": 5})
+    folder = tmp_path / "cache"
+    done = subprocess.run([sys.executable, "-c", KILLED_MID_PASS, str(root), str(folder)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == -9, done.stderr
+    assert [p for p in folder.iterdir() if p.name.endswith(".lockfile")]  # what it leaves
+    (folder / "train-0123456789abcdef.index").write_bytes(b"data since changed")
+    monkeypatch.setattr(pipeline.batching, "fits_in_memory", lambda *a, **k: False)
+    data = load_data(RunConfig(data=str(root), image_size=(6, 6), validation_split=0))
+    cache = pipeline.cache_for(data, "train", folder)
+    assert cache == str(folder / f"train-{data.fingerprints['train']}")
+    assert list(folder.iterdir()) == []  # the partial cache and the stale one are gone
+
+    def one_pass() -> int:
+        batches = batch_for_training(data.train, data.train_samples, 2, shuffle=True, seed=0,
+                                     cache=pipeline.cache_for(data, "train", folder),
+                                     finish=data.finish)
+        return sum(int(x.shape[0]) for x, _ in batches)
+
+    assert one_pass() == 10 and Path(f"{cache}.index").is_file()
+    made = Path(f"{cache}.index").stat().st_mtime_ns
+    assert one_pass() == 10 and Path(f"{cache}.index").stat().st_mtime_ns == made  # reused
 
 
 def test_validation_folder_must_have_same_classes(tmp_path):

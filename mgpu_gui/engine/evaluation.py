@@ -50,7 +50,7 @@ def evaluate(request: EvaluateRequest, strategy: tf.distribute.Strategy,
     if len(model.outputs) != 1:
         raise ModelError(f"{request.model.name} has {len(model.outputs)} outputs; the "
                          "evaluation judges models with one output.")
-    outputs = predict_every_sample(model, dataset.map(lambda x, y: x), samples,
+    outputs = predict_every_sample(model, prepared.finished(dataset).map(lambda x, y: x), samples,
                                    config.batch_per_replica, progress)
     loss = _loss(model, labels, outputs, prepared.label_kind, prepared.num_classes)
     classifier = loss_is_classifier(describe_loss(model.loss))

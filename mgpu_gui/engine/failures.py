@@ -12,9 +12,9 @@ Measured with TensorFlow 2.21 / Keras 3.15:
 - A full disk: `model.save` raises OSError(ENOSPC); h5py raises OSError with
   "errno = 28" in its text; TensorFlow's own file writes say RESOURCE_EXHAUSTED,
   so disk space is checked before memory.
-- An image that no longer decodes: the pipeline's decoder (`core.datasets.images`,
-  in a `tf.numpy_function`) raises CorruptImageError, which reaches `fit` (or the
-  setup's sample batch) as `tf.errors.UnknownError` with the same Python text.
+- An image that no longer decodes: TensorFlow's decoder in the pipeline raises
+  InvalidArgumentError ("Invalid PNG data, size 80", "jpeg::Uncompress failed")
+  naming no file, so the files are decoded again one by one to find it.
 
 Each error class says whether a resume can get past it (`UserError.resumable`);
 a message of one that cannot (NaN loss, out of memory, bad data) suggests none.
@@ -32,11 +32,11 @@ from pathlib import Path
 import tensorflow as tf
 
 from mgpu_gui.core.config import DeviceKind, RunConfig
-from mgpu_gui.core.datasets.images import CorruptImageError
 from mgpu_gui.core.devices.plan import DevicePlan
 from mgpu_gui.core.errors import DataError, ExportError, OutputError, UserError
 from mgpu_gui.core.runs import checkpoints as ckpt
 from mgpu_gui.core.runs.folder import RunDir
+from mgpu_gui.engine import pipeline
 from mgpu_gui.engine.callbacks import EpochCheckpoints, EpochTracker, NonFiniteWeights
 
 _MAX_TEXT = 600
@@ -136,9 +136,10 @@ def explain_failure(error: BaseException, where: Where) -> BaseException:
     if isinstance(error, (NonFiniteLossError, OutOfMemoryError, ModelCodeError,
                           ckpt.DiskFullError)):
         return error
-    corrupt = _py_function_error(error, CorruptImageError)
-    if corrupt is not None:
-        return _image_failed(corrupt, where)
+    if pipeline.is_decode_failure(error):  # TensorFlow's decoder says which file? never
+        return _image_failed(pipeline.undecodable_file(where.config) or (
+            "an image cannot be decoded any more, and decoding the files again one by one "
+            f"did not find which within {pipeline.FIND_BUDGET_S:.0f} s."), where)
     failure = ckpt.write_failure(error, where.run_dir.path)
     if failure is not None:
         return _write_failed(failure, error, where)
@@ -228,19 +229,6 @@ def _non_finite(where: Where) -> NonFiniteLossError:
         f"Training stopped; checkpoints hold only epochs that ended with a finite loss. "
         f"{where.kept(False)} Lower the learning rate, check the data for NaN values, or "
         f"enable gradient clipping in the model's optimizer, then start a new run.")
-
-
-def _py_function_error(error: BaseException, kind: type[Exception]) -> str | None:
-    """The message of a `kind` raised inside a tf.numpy_function, from TensorFlow's error.
-
-    tf.data puts its iterator's path before it ("iterator: Iterator::Root::...::
-    ParallelMapV2: CorruptImageError: ..."), so the class is looked for by name.
-    """
-    if not isinstance(error, tf.errors.OpError):
-        return None
-    text = getattr(error, "message", None) or str(error)
-    found = re.search(rf"(?<![\w.])(?:\w+\.)*{kind.__name__}: ([^\n]*)", text)
-    return found.group(1) if found else None
 
 
 def _image_failed(message: str, where: Where) -> DataError:

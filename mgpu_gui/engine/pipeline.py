@@ -9,16 +9,20 @@ docs/architecture.md, "Partial last batch").
 
 from __future__ import annotations
 
+import hashlib
 import os
-from dataclasses import dataclass
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
 
 from mgpu_gui.core.config import DEMO, RunConfig
+from mgpu_gui.core.datasets import batching, images
 from mgpu_gui.core.datasets.batching import SAMPLE_BATCH
-from mgpu_gui.core.datasets.images import decode_image
 from mgpu_gui.core.datasets.inspection import (
     DEMO_MAX_VALUE,
     DataInfo,
@@ -52,8 +56,12 @@ SHUFFLE_BUFFER_BYTES = 256 << 20  # uncached data: bound the shuffle buffer, not
 class PreparedData:
     """Unbatched (x, y) datasets plus what the model and the UI need to know.
 
-    `x_sample` is a few validation (else training) inputs, kept in numpy so an
-    exported model can be checked against the trained one without the pipeline.
+    An image folder's datasets yield uint8 pixels, resized: that is what a cache
+    holds (a quarter of float32); `finish` makes them the model's float32 input
+    and must follow them (`batch_for_training` maps it after the cache and the
+    shuffle). Other data yields float32 already, and `finish` is None.
+    `x_sample` is a few validation (else training) inputs, finished, kept in numpy
+    so an exported model can be checked against the trained one without the pipeline.
     """
 
     kind: DataKind
@@ -76,6 +84,20 @@ class PreparedData:
     # Where each of them was read (a file, a row of an array): the evaluation draws them.
     val_origins: SampleOrigins | None = None
     test_origins: SampleOrigins | None = None
+    finish: Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]] | None = None
+    # Where each split's files are (image folders): a disk cache is named for them.
+    fingerprints: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def cached_itemsize(self) -> int:
+        """Bytes per value a cache holds: uint8 pixels, or float32."""
+        return 1 if self.finish is not None else 4
+
+    def finished(self, ds: tf.data.Dataset | None) -> tf.data.Dataset | None:
+        """`ds` as the model takes it (float32), for a single pass such as an evaluation."""
+        if ds is None or self.finish is None:
+            return ds
+        return ds.map(self.finish, num_parallel_calls=tf.data.AUTOTUNE)
 
 
 # -- batching ------------------------------------------------------------------
@@ -86,12 +108,15 @@ def batch_for_training(
     *,
     shuffle: bool,
     seed: int | None,
-    cache: bool,
+    cache: bool | str,
     replicas: int | None = None,
     what: str = "training",
     repeat: bool = False,
+    finish: Callable | None = None,
 ) -> tf.data.Dataset:
-    """Cache, shuffle (anew each epoch), batch with drop_remainder, prefetch.
+    """Cache (True: in memory; a file name: on disk, see `cache_for`), shuffle (anew each
+    epoch), batch with drop_remainder, `finish` (an image folder's uint8 to float32: after
+    the cache and the shuffle, so both hold uint8), prefetch.
 
     `replicas` and `what` only shape the error message (`what` is "training",
     "validation" or "test": evaluation under a strategy drops remainders too).
@@ -111,19 +136,21 @@ def batch_for_training(
             f"({global_batch} = {split}); lower the batch per replica or use fewer replicas"
         )
     if cache:
-        ds = ds.cache()
+        ds = ds.cache() if cache is True else ds.cache(cache)
     if shuffle:
-        ds = ds.shuffle(_shuffle_buffer(ds, samples, cache), seed=seed,
+        ds = ds.shuffle(_shuffle_buffer(ds, samples, cache is True), seed=seed,
                         reshuffle_each_iteration=True)
     ds = ds.batch(global_batch, drop_remainder=True)
+    if finish is not None:  # a batch at a time: one cast per batch, not one per image
+        ds = ds.map(finish, num_parallel_calls=tf.data.AUTOTUNE)
     if repeat:
         ds = ds.repeat()
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
-def _shuffle_buffer(ds: tf.data.Dataset, samples: int, cached: bool) -> int:
-    # A full-size buffer holds every decoded sample; only do that when it fits anyway.
-    if cached:
+def _shuffle_buffer(ds: tf.data.Dataset, samples: int, in_memory: bool) -> int:
+    # A full-size buffer holds every decoded sample; only do that when they are in memory.
+    if in_memory:
         return samples
     x_spec = ds.element_spec[0]
     per_sample = int(np.prod(x_spec.shape.as_list() or [1])) * x_spec.dtype.size
@@ -180,12 +207,13 @@ def load_data(config: RunConfig) -> PreparedData:
     elif config.validation_split > 0:
         train, val = _split(train, config.validation_split, config.seed)
         val_source = f"{config.validation_split:.0%} of the training samples (seed {config.seed})"
-    named = ((train, "train"), (val, "validation"), (test, "test"))
+    named = ((train, "train"), (val, "validation"), (test, "test"))  # cache_for's names
     parts = [(s, n) for s, n in named if s is not None]
     stats = _label_stats(parts)
     if kind is not DataKind.IMAGES:
         class_names = class_ids(stats.num_classes)
     to_ds = _Converter(config, shape)
+    from_files = kind is DataKind.IMAGES
     return PreparedData(
         kind=kind, train=to_ds(train), val=None if val is None else to_ds(val),
         test=None if test is None else to_ds(test), train_samples=_len(train),
@@ -197,7 +225,48 @@ def load_data(config: RunConfig) -> PreparedData:
         test_labels=None if test is None else _labels(test),
         val_origins=None if val is None else val.origin,
         test_origins=None if test is None else test.origin,
+        finish=to_ds.finish if from_files else None,
+        fingerprints={name: _fingerprint(part, config) for part, name in parts
+                      if isinstance(part, _Files)},
     )
+
+
+def cache_for(prepared: PreparedData, split: str, folder: Path | None) -> bool | str:
+    """Where to cache `split` ("train", "validation" or "test") between epochs: True, in
+    memory, when it fits the budget; else, for an image folder, a file in `folder`
+    (local disk: decoding every epoch again is what starves the GPUs); else nowhere.
+
+    A disk cache survives a killed worker: one complete from an earlier pass is read
+    again (its name is its files' fingerprint, so changed data gets a new one), and one
+    cut short, which tf.data leaves with a lock file that would refuse the next
+    iterator ("a concurrently running iterator"), is removed and rebuilt.
+    """
+    samples = {"train": prepared.train_samples, "validation": prepared.val_samples,
+               "test": prepared.test_samples}[split]
+    if batching.fits_in_memory(samples, prepared.input_shape,
+                               itemsize=prepared.cached_itemsize):
+        return True
+    if folder is None or split not in prepared.fingerprints:
+        return False
+    folder.mkdir(parents=True, exist_ok=True)
+    name = folder / f"{split}-{prepared.fingerprints[split]}"
+    if not Path(f"{name}.index").is_file():  # never finished: whatever is there is partial
+        for leftover in folder.glob(f"{name.name}*"):
+            leftover.unlink()
+    for stale in folder.glob(f"{split}-*"):  # other fingerprints: data since changed
+        if not stale.name.startswith(name.name):
+            stale.unlink()
+    return str(name)
+
+
+def _fingerprint(data: _Files, config: RunConfig) -> str:
+    """The split's files (names, sizes, modification times) and the size they are
+    resized to: a cache made from them is valid while this is the same."""
+    digest = hashlib.sha256(repr(tuple(config.image_size)).encode())
+    for path in data.paths:
+        info = os.stat(path)
+        digest.update(f"{path}\0{info.st_size}\0{info.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]
 
 
 def input_record(config: RunConfig, prepared: PreparedData) -> InputRecord:
@@ -215,11 +284,11 @@ def _read_source(
     if source == DEMO:
         if role == "validation_data":
             raise DataError("'demo' cannot be validation data; it brings its own split.")
-        images, labels = load_demo_arrays()
-        rest, test = demo_split_indices(len(images))
-        x = (images.astype(np.float32) / DEMO_MAX_VALUE)[..., None]
+        digits, labels = load_demo_arrays()
+        rest, test = demo_split_indices(len(digits))
+        x = (digits.astype(np.float32) / DEMO_MAX_VALUE)[..., None]
         y = labels.astype(np.int32)
-        origin = SampleOrigins.of_rows(DEMO, "demo", len(images), images.shape[1:])
+        origin = SampleOrigins.of_rows(DEMO, "demo", len(digits), digits.shape[1:])
         return (_Arrays(x[rest], y[rest], origin.take(rest)), None,
                 _Arrays(x[test], y[test], origin.take(test)), DataKind.DEMO, (), x.shape[1:])
     path = Path(os.path.expanduser(source))
@@ -288,8 +357,51 @@ def _label_stats(parts: list[tuple[_Split, str]]) -> LabelStats:
     return describe_labels(ys, [name for _, name in parts])
 
 
-def _decode_file(path: bytes) -> np.ndarray:
-    return decode_image(os.fsdecode(path))
+_DECODE_FAILED = re.compile(r"Invalid (?:JPEG|PNG|GIF|BMP) data|Unknown image file format|"
+                            r"jpeg::Uncompress failed|Input size should match")
+FIND_BUDGET_S = 120.0  # looking again for the file that failed, one by one
+
+
+def decode_contents(contents: tf.Tensor) -> tf.Tensor:
+    """An image file's bytes as 8-bit RGB, TensorFlow's own decoder: the first frame of an
+    animation, alpha dropped, grey repeated, 16 bits cut to 8 (what the data check's
+    `images.decode_image` gives too); in parallel, without holding Python's lock, which
+    Pillow in a `tf.numpy_function` did: a third of the speed on a first epoch."""
+    image = tf.io.decode_image(contents, channels=3, expand_animations=False, dtype=tf.uint8)
+    image.set_shape((None, None, 3))
+    return image
+
+
+def decode_file(path: str | os.PathLike[str]) -> tf.Tensor:
+    """One file, eagerly; a CorruptImageError naming it when it cannot be decoded."""
+    try:
+        return decode_contents(tf.io.read_file(os.fspath(path)))
+    except tf.errors.OpError as error:
+        raise images.corrupt(path, error) from error
+
+
+def is_decode_failure(error: BaseException) -> bool:
+    """Whether `error` is TensorFlow's decoder failing inside the pipeline: its text names
+    no file (`undecodable_file` finds it)."""
+    return isinstance(error, tf.errors.OpError) and bool(_DECODE_FAILED.search(str(error)))
+
+
+def undecodable_file(config: RunConfig, budget_s: float = FIND_BUDGET_S) -> str | None:
+    """The message for the first image file of the run's folders that does not decode,
+    looked for one by one within `budget_s`; None when none failed in that time."""
+    deadline = time.monotonic() + budget_s
+    for source in (config.data, config.validation_data):
+        folder = Path(os.path.expanduser(source)) if source and source != DEMO else None
+        if folder is None or not folder.is_dir():
+            continue
+        for path in list_images(folder).paths:
+            if time.monotonic() > deadline:
+                return None
+            try:
+                decode_file(path)
+            except images.CorruptImageError as error:
+                return str(error)
+    return None
 
 
 class _Converter:
@@ -308,17 +420,18 @@ class _Converter:
         return ds.map(self._decode, num_parallel_calls=tf.data.AUTOTUNE)
 
     def _decode(self, path: tf.Tensor, label: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        # The data check's decoder (Pillow): a file it passed decodes here, and one damaged
-        # since fails naming itself (TensorFlow's decoder names no file).
-        image = tf.numpy_function(_decode_file, [path], tf.uint8, stateful=False)
-        image.set_shape((None, None, 3))
-        image = tf.image.resize(image, self.size)  # float32, any input size
-        image = tf.ensure_shape(image, self.shape)
-        return image * self.rescale, label
+        image = tf.image.resize(decode_contents(tf.io.read_file(path)), self.size)  # float32
+        # Back to whole pixels, so a cache holds a quarter of the bytes: a difference of at
+        # most half a level, below what 8-bit images resolve.
+        image = tf.cast(tf.clip_by_value(tf.round(image), 0.0, 255.0), tf.uint8)
+        return tf.ensure_shape(image, self.shape), label
+
+    def finish(self, image: tf.Tensor, label: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        return tf.cast(image, tf.float32) * self.rescale, label
 
     def sample(self, data: _Split) -> np.ndarray:
         n = min(SAMPLE_BATCH, _len(data))
         if isinstance(data, _Arrays):
             return np.array(data.x[:n])
-        head = _take(data, np.arange(n))
-        return np.stack([x.numpy() for x, _ in self(head)])
+        head = self(_take(data, np.arange(n))).map(self.finish)
+        return np.stack([x.numpy() for x, _ in head])

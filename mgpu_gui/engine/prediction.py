@@ -17,12 +17,12 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from mgpu_gui.core.datasets.images import decode_image
 from mgpu_gui.core.errors import DataError, ModelError, UserError
 from mgpu_gui.core.evaluation.metrics import top_classes
 from mgpu_gui.core.events import PredictionsMade
 from mgpu_gui.core.modelfiles.card import IMAGES, InputRecord, ModelCard, card_path, read_card
 from mgpu_gui.core.tools.evaluate_job import PredictRequest
+from mgpu_gui.engine.pipeline import decode_file
 
 BATCH = 32
 ASSUMED_RESCALE = 1 / 255
@@ -49,7 +49,7 @@ def predict_files(request: PredictRequest) -> PredictionsMade:
 def prepare_image(path: Path, inputs: InputRecord) -> np.ndarray:
     """One file as the model's input, as training's pipeline made it."""
     assert inputs.image_size is not None
-    resized = tf.image.resize(decode_image(path), inputs.image_size)
+    resized = tf.image.resize(decode_file(path), inputs.image_size)
     return resized.numpy() * np.float32(inputs.rescale)
 
 

@@ -140,7 +140,7 @@ def _run(config: RunConfig, run_dir: RunDir, plan: DevicePlan, strategy: tf.dist
 
     if config.seed is not None:
         keras.utils.set_random_seed(config.seed)
-    setup = prepare(config, strategy, log)
+    setup = prepare(config, strategy, log, run_dir.cache)
     model, prepared = setup.model, setup.data
     # A .py builder's (or the demo's) size was unknown to the preflight.
     ckpt.check_free_space(run_dir.path.parent, ckpt.space_needed(
@@ -250,8 +250,10 @@ class _StoppedEnd:
         return _finish(self.sink, RunStatus.STOPPED, epochs_done, events, "Stopped by request.")
 
 
-def prepare(config: RunConfig, strategy: tf.distribute.Strategy, log) -> TrainingSetup:
-    """Load data and model under the strategy, match labels to the loss, batch the data."""
+def prepare(config: RunConfig, strategy: tf.distribute.Strategy, log,
+            cache_dir: Path | None = None) -> TrainingSetup:
+    """Load data and model under the strategy, match labels to the loss, batch the data
+    (an image folder too large for memory is cached in `cache_dir`, when given)."""
     prepared = data_mod.load_data(config)
     global_batch = config.batch_per_replica * strategy.num_replicas_in_sync
     loaded = models.load_run_model(config, strategy, input_shape=prepared.input_shape,
@@ -266,8 +268,6 @@ def prepare(config: RunConfig, strategy: tf.distribute.Strategy, log) -> Trainin
                                         prepared.num_classes)
     if note:
         log(note)
-    cache = batching.fits_in_memory(prepared.train_samples, prepared.input_shape)
-
     replicas = strategy.num_replicas_in_sync
 
     def batched(ds, samples, batch, what):
@@ -276,9 +276,10 @@ def prepare(config: RunConfig, strategy: tf.distribute.Strategy, log) -> Trainin
         if relabel is not None:
             ds = ds.map(relabel, num_parallel_calls=tf.data.AUTOTUNE)
         training = what == "training"
+        cache = data_mod.cache_for(prepared, "train" if training else what, cache_dir)
         return data_mod.batch_for_training(ds, samples, batch, shuffle=training, repeat=training,
                                            seed=config.seed, cache=cache, replicas=replicas,
-                                           what=what)
+                                           what=what, finish=prepared.finish)
 
     def evaluation(ds, samples, what):
         batch = batching.eval_batch(samples, config.batch_per_replica, replicas)

@@ -104,15 +104,16 @@ def baseline_child(data: str, model_file: str, args) -> None:
     model = models.load_model(config, strategy, input_shape=prepared.input_shape,
                               num_classes=prepared.num_classes, log=lambda *a: None)
     global_batch = args.batch * args.replicas
-    cache = batching.fits_in_memory(prepared.train_samples, prepared.input_shape)
     repeat = args.pipeline == "engine"
     train = data_mod.batch_for_training(prepared.train, prepared.train_samples, global_batch,
-                                        shuffle=True, seed=config.seed, cache=cache,
-                                        repeat=repeat)
+                                        shuffle=True, seed=config.seed,
+                                        cache=data_mod.cache_for(prepared, "train", None),
+                                        repeat=repeat, finish=prepared.finish)
     val = data_mod.batch_for_training(
         prepared.val, prepared.val_samples,
         batching.eval_batch(prepared.val_samples, args.batch, args.replicas),  # as the engine
-        shuffle=False, seed=None, cache=cache)
+        shuffle=False, seed=None, cache=data_mod.cache_for(prepared, "validation", None),
+        finish=prepared.finish)
     steps = batching.steps(prepared.train_samples, global_batch)
 
     from epoch_timer import EpochTimer  # beside this script

@@ -28,10 +28,12 @@ def dropped_per_epoch(samples: int, global_batch: int) -> int:
 
 
 def fits_in_memory(
-    samples: int, input_shape: Sequence[int], *, limit_bytes: int = MEMORY_LIMIT_BYTES
+    samples: int, input_shape: Sequence[int], *, itemsize: int = 4,
+    limit_bytes: int = MEMORY_LIMIT_BYTES
 ) -> bool:
-    """Whether `samples` float32 inputs of `input_shape` fit the cache budget."""
-    return samples * int(np.prod(input_shape, dtype=np.int64)) * 4 < limit_bytes
+    """Whether `samples` inputs of `input_shape` (float32, or uint8 pixels with `itemsize`
+    1) fit the cache budget."""
+    return samples * int(np.prod(input_shape, dtype=np.int64)) * itemsize < limit_bytes
 
 
 def eval_batch(samples: int, batch_per_replica: int, replicas: int) -> int:

@@ -1,13 +1,14 @@
-"""Reading image files: the one decoder that the data check and the training pipeline share.
+"""Reading image files without TensorFlow: the data check, the Data view, a cell's pictures.
 
-An image the check accepts is one training can read, and the reverse: both call
-`decode_image` (the pipeline through `tf.numpy_function`), so a format or a
-damage one of them handles differently cannot slip through. Pillow, not
-TensorFlow, so the check runs in a light child process (no 2.4 s TensorFlow
-import) and a failure names its file: TensorFlow's own decoder says "Invalid
-PNG data" and nothing else. The result matches `tf.io.decode_image(...,
-channels=3, expand_animations=False)`: 8-bit RGB, the first frame of an
-animation, alpha dropped, 16-bit samples shifted to 8 bits.
+Pillow, not TensorFlow, so these run in light child processes (no 2.4 s
+TensorFlow import), and a failure names its file. The result matches
+`tf.io.decode_image(..., channels=3, expand_animations=False)`, the decoder of
+the TensorFlow children (training, evaluate, predict: `engine.pipeline`): 8-bit
+RGB, the first frame of an animation, alpha dropped, 16-bit samples cut to 8
+bits. Measured: PNG, GIF and BMP decode to the same pixels; JPEG (RGB, grey,
+CMYK) within 4 levels (the two libraries upsample chroma differently), so a
+file the check decodes is one training decodes, and the pictures shown are the
+ones trained on, but pixel-exact comparisons go through TensorFlow's decoder.
 """
 
 from __future__ import annotations

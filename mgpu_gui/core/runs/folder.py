@@ -114,6 +114,11 @@ class RunDir:
         return self.path / "history.csv"
 
     @property
+    def cache(self) -> Path:
+        """An image folder's decoded pixels, when they do not fit in memory (local disk)."""
+        return self.path / "cache"
+
+    @property
     def tensorboard(self) -> Path:
         return self.path / "tensorboard"
 
