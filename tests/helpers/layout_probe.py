@@ -35,7 +35,7 @@ GPU_NAMES = ("NVIDIA H100 80GB HBM3",) * 4
 OWN_PID = 4242
 VIEWS = ("window size", "run setup", "GPU panel", "rest of the window", "About",
          "Check my setup", "Train across machines", "Compare runs", "Scaling test",
-         "Find batch size", "Evaluation")
+         "Find batch size", "Evaluation", "Data view")
 
 
 def wait_until(condition: Callable[[], bool], timeout_s: float = 20.0) -> bool:
@@ -250,9 +250,35 @@ def dialogs(window) -> dict[str, Callable[[], QDialog]]:
         dialog.show_cell(dialog.matrix_model.index(3, 8))
         return dialog
 
+    def data_view() -> QDialog:
+        """An image folder of 20 classes with long names, one 6x the others (the warning),
+        read to the end, then shown with its counts as estimates (the note and the ≈)."""
+        from dataclasses import replace
+
+        from PIL import Image
+
+        from mgpu_gui.core.datasets.overview import Stage
+        from mgpu_gui.gui.dialogs.data_view import DataViewDialog
+        from mgpu_gui.gui.jobs.data_overview import OverviewFigures
+
+        folder = Path(os.environ["MGPU_GUI_STORE"]).parent / "flowers_photographed_2025"
+        for k in range(20):
+            (folder / f"class_{k:02d}_with_a_long_folder_name").mkdir(parents=True)
+            for i in range(36 if k == 3 else 6):
+                Image.new("RGB", (20 + 7 * (i % 5), 16 + 3 * (i % 4)), (40 * i % 255, 90, 160)
+                          ).save(folder / f"class_{k:02d}_with_a_long_folder_name" / f"{i}.png")
+        dialog = DataViewDialog(str(folder), (224, 224), window)
+        view = dialog.view
+        wait_until(lambda: view.overview is not None and view.overview.stage is Stage.DONE)
+        dialog.loader.shutdown()
+        estimated = replace(view.overview, estimated=12)
+        view.show_figures(OverviewFigures(estimated, ()))
+        return dialog
+
     return {"About": about, "Check my setup": doctor, "Train across machines": cluster,
             "Compare runs": compare, "Scaling test": window.show_scaling_test,
-            "Find batch size": window.show_batch_finder, "Evaluation": evaluation}
+            "Find batch size": window.show_batch_finder, "Evaluation": evaluation,
+            "Data view": data_view}
 
 
 def main(width: int, height: int) -> dict[str, list[Problem]]:

@@ -4,8 +4,10 @@ Class counts per split (and a warning when they are far apart), a few samples
 of each class as thumbnails, what the model will see (shape, dtype, value
 range) and, for an image folder, the distribution of image sizes. Computed in
 stages, each handed to `emit` as soon as it is known: the counts first (an
-`.npz`'s label arrays, a folder's listing: well under a second for 20,000
-files), then the thumbnails, then what needs reading many files or values.
+`.npz`'s label arrays, a folder's listing: about 0.2 s for 100,000 files; past
+COUNT_BUDGET_S the class folders not listed yet are estimated, saying so, and
+the exact counts follow), then the thumbnails, then what needs reading many
+files or values.
 Those later stages are bounded, whatever the data's size: each stops at its
 time budget or sample cap, and the overview says how much it read
 (`values_read` of `values_total`, `sizes_read` of `sizes_total`). Untrusted
@@ -29,6 +31,7 @@ from PIL import Image
 from mgpu_gui.core.config import DEMO
 from mgpu_gui.core.datasets import images
 from mgpu_gui.core.datasets.content import CHUNK_BYTES, read_exactly, read_npy_header
+from mgpu_gui.core.datasets.folder_listing import ClassFolders
 from mgpu_gui.core.datasets.inspection import (
     DataKind,
     LabelKind,
@@ -38,7 +41,6 @@ from mgpu_gui.core.datasets.inspection import (
     describe_labels,
     image_x_shape,
     label_classes,
-    list_images,
     load_demo_arrays,
     npz_x_shape,
     read_npz_arrays,
@@ -51,6 +53,7 @@ THUMBS_PER_CLASS = 4
 THUMB_CLASSES = 24  # classes drawn; a 1000-class folder shows the first ones
 THUMB_PX = 64  # a thumbnail's longer side
 HEADER_SAMPLE = 2000  # image headers read for the size distribution
+COUNT_BUDGET_S = 0.4  # a folder's listing, then the rest of its counts are estimated
 BUDGET_S = 2.0  # per stage after the counts
 SIZES_SHOWN = 8  # most common image sizes listed; the rest are summed up
 SEED = 0  # the same data shows the same samples every time
@@ -67,6 +70,7 @@ class OverviewRequest:
     source: str  # "demo", an .npz file or an image folder
     image_size: tuple[int, int] = (32, 32)  # (height, width) an image folder is resized to
     budget_s: float = BUDGET_S
+    count_budget_s: float = COUNT_BUDGET_S
     header_sample: int = HEADER_SAMPLE
 
 
@@ -115,6 +119,7 @@ class DataOverview:
     thumbnails: tuple[Thumbnail, ...] = ()
     thumbs_note: str = ""  # why some or all samples are not drawn
     seconds: float = 0.0
+    estimated: int = 0  # the last class counts are estimates (folders not listed in time)
 
     @property
     def train_counts(self) -> tuple[int, ...]:
@@ -128,6 +133,15 @@ class DataOverview:
         how = ("a random sample" if self.kind is DataKind.IMAGES
                else "the first ones: reading stopped at the time limit")
         return f"{self.values_read:,} of {self.values_total:,} {what} ({how})"
+
+    def counts_note(self) -> str:
+        """What the counts are while some are estimates ("" once all are counted)."""
+        if not self.estimated:
+            return ""
+        classes = len(self.class_names)
+        return (f"Counts estimated: {classes - self.estimated} of {classes} class folders "
+                "listed so far, the rest estimated from their folders' sizes (marked ≈); "
+                "exact counts follow.")
 
     def sizes_note(self) -> str:
         if self.sizes_read >= self.sizes_total:
@@ -307,18 +321,15 @@ def _first_per_class(ids: np.ndarray, classes: int, rows: np.ndarray) -> list[in
 # -- image folders -----------------------------------------------------------------
 def _folder(folder: Path, request: OverviewRequest,
             stage: Callable[[DataOverview], DataOverview]) -> DataOverview:
-    listing = list_images(folder)
+    classes = ClassFolders(folder)
+    if not classes.list_until(time.monotonic() + request.count_budget_s):
+        stage(_folder_counts(folder, classes.class_names, classes.counts(), request,
+                             estimated=len(classes.class_names) - classes.listed))
+    listing = classes.listing()
     names = listing.class_names
     labels = np.asarray(listing.labels, dtype=np.int64)
-    counts = _bincount(labels, len(names))
     total = len(listing.paths)
-    overview = stage(DataOverview(
-        source=str(folder), kind=DataKind.IMAGES, stage=Stage.COUNTS, class_names=names,
-        splits=(SplitCounts("train", total, counts),), label_note="",
-        imbalance=imbalance_warning(names, counts),
-        input_shape=image_x_shape(request.image_size),
-        stored=f"{total:,} image files in {len(names)} class folders", dtype="uint8",
-        values_total=total, sizes_total=total))
+    overview = stage(_folder_counts(folder, names, _bincount(labels, len(names)), request))
     rng = np.random.default_rng(SEED)
     picks = [int(i) for c in range(min(len(names), THUMB_CLASSES))
              for i in _random_of(np.flatnonzero(labels == c), THUMBS_PER_CLASS, rng)]
@@ -337,6 +348,19 @@ def _folder(folder: Path, request: OverviewRequest,
     return stage(replace(overview, stage=Stage.DONE, sizes=tuple(
         SizeCount(w, h, n) for (w, h), n in sizes.most_common()),
         sizes_read=sum(sizes.values()) + unreadable))
+
+
+def _folder_counts(folder: Path, names: tuple[str, ...], counts: tuple[int, ...],
+                   request: OverviewRequest, estimated: int = 0) -> DataOverview:
+    total = sum(counts)
+    about = "about " if estimated else ""
+    return DataOverview(
+        source=str(folder), kind=DataKind.IMAGES, stage=Stage.COUNTS, class_names=names,
+        splits=(SplitCounts("train", total, counts),), label_note="",
+        imbalance="" if estimated else imbalance_warning(names, counts),
+        input_shape=image_x_shape(request.image_size),
+        stored=f"{about}{total:,} image files in {len(names)} class folders", dtype="uint8",
+        values_total=total, sizes_total=total, estimated=estimated)
 
 
 def _folder_thumbnails(paths: Sequence[str], labels: np.ndarray, picks: list[int],

@@ -74,6 +74,8 @@ class DataView(QWidget):
         self.split_combo.currentIndexChanged.connect(self._show_split)
         self.bars = ClassBars("Samples per class")
         self.bars_area = _scroll(self.bars, "Samples per class, scrollable")
+        self.counts_note = _label("Counts note")
+        self.counts_note.hide()
         self.shape_label, self.stored_label = _label("Input shape"), _label("Stored as")
         self.range_label, self.sizes_label = _label("Value range"), _label("Image sizes")
         self.facts = QFormLayout()
@@ -97,6 +99,7 @@ class DataView(QWidget):
         left = QVBoxLayout()
         left.addLayout(counts_row)
         left.addWidget(self.bars_area, 1)
+        left.addWidget(self.counts_note)
         left.addLayout(self.facts)
         right = QVBoxLayout()
         right.addWidget(_heading("Samples"))
@@ -134,6 +137,8 @@ class DataView(QWidget):
         message = " ".join(filter(None, (overview.imbalance, overview.label_note)))
         self.warning.setText(message)
         self.warning.setVisible(bool(message))
+        self.counts_note.setText(overview.counts_note())
+        self.counts_note.setVisible(bool(overview.estimated))
         if first:
             self._fill_splits(overview)
         self._show_split()
@@ -158,7 +163,8 @@ class DataView(QWidget):
         if self.overview is None or not self.overview.splits:
             return
         split = self.overview.splits[max(0, self.split_combo.currentIndex())]
-        self.bars.set_counts(self.overview.class_names if split.counts else (), split.counts)
+        names = self.overview.class_names if split.counts else ()
+        self.bars.set_counts(names, split.counts, len(names) - self.overview.estimated)
 
     def _show_facts(self, overview: DataOverview) -> None:
         shape = "×".join(str(d) for d in overview.input_shape or ()) or "?"
@@ -200,7 +206,8 @@ class DataView(QWidget):
         hint = palette.color(QPalette.ColorRole.PlaceholderText)
         for label, color in ((self.warning, on_background(WARNING_COLOR, base)),
                              (self.error, on_background(ERROR_COLOR, base)),
-                             (self.status, hint), (self.thumbs_note, hint)):
+                             (self.status, hint), (self.thumbs_note, hint),
+                             (self.counts_note, hint)):
             own = QPalette(palette)
             own.setColor(QPalette.ColorRole.WindowText, color)
             label.setPalette(own)
@@ -240,16 +247,17 @@ class DataViewDialog(QDialog):
 def _headline(overview: DataOverview) -> str:
     name = html.escape(source_name(overview.source))
     train = overview.splits[0].samples if overview.splits else 0
+    about = "about " if overview.estimated else ""
     what = (f"{len(overview.class_names)} classes" if overview.class_names
             else "no classes")
     others = "".join(f", {s.samples:,} {OTHER_SPLITS.get(s.split, s.split)} samples"
                      for s in overview.splits[1:])
-    return f"<b>{name}</b>: {train:,} training samples in {what}{others}"
+    return f"<b>{name}</b>: {about}{train:,} training samples in {what}{others}"
 
 
 def _status(overview: DataOverview) -> str:
     if overview.stage is Stage.COUNTS:
-        return "Drawing samples…"
+        return "Counting the files…" if overview.estimated else "Drawing samples…"
     if overview.stage is Stage.SAMPLES:
         return ("Reading image sizes…" if overview.kind is DataKind.IMAGES
                 else "Reading the values…")

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal
-from PySide6.QtGui import QDragEnterEvent, QDropEvent
+from PySide6.QtGui import QDragEnterEvent, QDropEvent, QShowEvent
 from PySide6.QtWidgets import QFileDialog, QWidget
 
 from mgpu_gui.core.config import DEMO, MODEL_SUFFIXES, RunConfig
@@ -39,6 +39,7 @@ from mgpu_gui.core.modelfiles.info import ModelFileInfo
 from mgpu_gui.core.runs import preflight
 from mgpu_gui.gui.jobs.build_check import BuildCheck
 from mgpu_gui.gui.jobs.data_content import DataContentCheck
+from mgpu_gui.gui.jobs.preload import preload
 from mgpu_gui.gui.jobs.setup_check import SetupChecker
 from mgpu_gui.gui.panels.run_setup_form import RunSetupForm
 from mgpu_gui.gui.widgets.recent_files import RecentFiles
@@ -85,6 +86,7 @@ class RunSetupPanel(RunSetupForm):
         self._content.finished.connect(self.check_now)
         self._recent = RecentFiles(self.model_combo, f"{SETTINGS_GROUP}/recent_models", DEMO)
         self.data_view: DataViewDialog | None = None  # the Data view, while open
+        self._view_loading = False  # the Data view's modules are (being) imported ahead
         self._connect_panel()
         self._update_preview_button()
         self._load_recent()
@@ -210,6 +212,12 @@ class RunSetupPanel(RunSetupForm):
         self.wrapper_notice.shutdown()
         if self.data_view is not None:
             self.data_view.close()
+
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 (Qt's name)
+        super().showEvent(event)
+        if not self._view_loading:  # once the window is up, so its start is not slower
+            self._view_loading = True
+            QTimer.singleShot(0, self, lambda: preload(_load_data_view, "Data view"))
 
     # -- reacting to changes ------------------------------------------------
     def _connect_panel(self) -> None:
@@ -370,6 +378,11 @@ class RunSetupPanel(RunSetupForm):
             self.set_data_path(path)
         else:  # a model file, or something the model check will explain
             self.set_model_path(path)
+
+
+def _load_data_view() -> None:
+    """The Data view's modules, imported ahead of its first open (see gui/jobs/preload.py)."""
+    import mgpu_gui.gui.dialogs.data_view  # noqa: F401
 
 
 def _dropped_path(event: QDragEnterEvent | QDropEvent) -> str | None:

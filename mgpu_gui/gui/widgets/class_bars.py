@@ -4,6 +4,7 @@ Painted with QPainter from the palette (it follows light and dark at once), only
 the rows in view: a thousand classes cost what the visible twenty do. Rows keep
 their height and the widget grows downwards, so it goes in a scroll area. The
 counts are also its accessible description, and a row's tooltip gives its share.
+Counts that are estimates are marked "≈", in the text, description and tooltip.
 """
 
 from __future__ import annotations
@@ -27,12 +28,17 @@ class ClassBars(QWidget):
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.names: tuple[str, ...] = ()
         self.counts: tuple[int, ...] = ()
+        self.exact = 0  # the first `exact` counts are counted, the rest estimated
         self._widest: tuple[str, tuple[str, ...], int] = ("", (), 0)  # font, names, pixels
 
-    def set_counts(self, names: Sequence[str], counts: Sequence[int]) -> None:
+    def set_counts(self, names: Sequence[str], counts: Sequence[int],
+                   exact: int | None = None) -> None:
+        """`exact`: how many of the first counts are counted (None: all); the rest are
+        estimates."""
         self.names, self.counts = tuple(names), tuple(int(c) for c in counts)
-        shown = ", ".join(f"{n}: {c:,}" for n, c in zip(self.names[:DESCRIBED],
-                                                         self.counts, strict=False))
+        self.exact = len(self.counts) if exact is None else exact
+        shown = ", ".join(f"{n}: {self._count_text(i)}"
+                          for i, n in enumerate(self.names[:DESCRIBED]) if i < len(self.counts))
         more = f", and {len(self.names) - DESCRIBED} more" if len(self.names) > DESCRIBED else ""
         self.setAccessibleDescription(shown + more)
         self.updateGeometry()
@@ -76,7 +82,7 @@ class ClassBars(QWidget):
             painter.fillRect(QRect(bar_x, top + 3, max(width, 1 if count else 0), height - 6), bar)
             painter.drawText(QRect(bar_x + width + PAD, top, count_w + PAD, height),
                              Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
-                             f"{count:,}")
+                             self._count_text(index))
         painter.end()
 
     def event(self, event: QEvent) -> bool:
@@ -85,7 +91,8 @@ class ClassBars(QWidget):
             if 0 <= index < min(len(self.names), len(self.counts)):
                 total = max(sum(self.counts), 1)
                 count = self.counts[index]
-                QToolTip.showText(event.globalPos(), f"{self.names[index]}: {count:,} samples "
+                QToolTip.showText(event.globalPos(), f"{self.names[index]}: "
+                                  f"{self._count_text(index)} samples "
                                   f"({100 * count / total:.1f} %)", self)
             else:
                 QToolTip.hideText()
@@ -101,5 +108,10 @@ class ClassBars(QWidget):
             self._widest = (self.font().key(), self.names, widest)
         return min(widest, NAME_WIDTH_MAX)
 
+    def _count_text(self, index: int) -> str:
+        count = self.counts[index] if index < len(self.counts) else 0
+        return f"{count:,}" if index < self.exact else f"≈{count:,}"
+
     def _count_width(self) -> int:
-        return self.fontMetrics().horizontalAdvance(f"{max(self.counts, default=0):,}") + PAD
+        widest = f"≈{max(self.counts, default=0):,}"
+        return self.fontMetrics().horizontalAdvance(widest) + PAD
