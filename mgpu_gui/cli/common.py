@@ -50,7 +50,7 @@ FLAGS = {  # RunConfig fields as the flags a CLI user typed
     "epochs": "--epochs", "learning_rate": "--lr", "optimizer": "--optimizer",
     "devices.replicas": "--replicas", "devices.gpus": "--gpus", "image_size": "--image-size",
     "rescale": "--rescale", "export_formats": "--export", "custom_objects": "--custom-objects",
-    "builder": "--builder",
+    "builder": "--builder", "augment": "--augment",
     "early_stopping.patience": "--es-patience", "reduce_lr.patience": "--rl-patience",
     "reduce_lr.factor": "--rl-factor", "precision": "--precision", "jit_compile": "--xla",
     "lr_scaling.warmup_epochs": "--warmup-epochs",
@@ -129,6 +129,10 @@ def add_train_arguments(p: argparse.ArgumentParser, *, hidden: Collection[str] =
              "without it, with a warning")
     add(p, "--image-size", help="HxW for image folders (default 64x64)")
     add(p, "--rescale", type=float, help="pixel scale for image folders (default 1/255)")
+    add(p, "--augment", metavar="SPEC",
+        help="vary the training images of an image folder at random, e.g. "
+             "flip,rotate=0.1,zoom=0.2,translate=0.1,contrast=0.2,brightness=0.2 (a bare name "
+             "takes that strength; validation and test images stay as they are)")
     add(p, "--sync-bn", dest="sync_batchnorm", action="store_true",
         help="synchronize BatchNormalization statistics across replicas")
     add(p, "--seed", type=int, help=f"default {d.seed}")
@@ -172,7 +176,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     changes = {}
     for name in ("model", "data", "validation_data", "validation_split", "batch_per_replica",
                  "epochs", "optimizer", "learning_rate", "loss", "rescale", "seed",
-                 "output_dir", "run_name", "custom_objects", "precision", "builder"):
+                 "output_dir", "run_name", "custom_objects", "precision", "builder", "augment"):
         value = getattr(args, name)
         if value is not None:
             changes[name] = value

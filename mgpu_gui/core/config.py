@@ -15,6 +15,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from mgpu_gui.core.datasets.augment import AugmentSpecError, parse_augment
 from mgpu_gui.core.errors import ConfigError
 from mgpu_gui.core.plain import to_plain
 
@@ -101,6 +102,7 @@ class RunConfig:
     jit_compile: bool = False  # XLA; falls back to plain execution when the model cannot compile
     image_size: tuple[int, int] = (64, 64)
     rescale: float = 1.0 / 255.0
+    augment: str = ""  # image folders: training images varied at random (datasets.augment)
     sync_batchnorm: bool = False
     seed: int | None = 42
     output_dir: str = "~/mgpu-runs"
@@ -191,6 +193,7 @@ class RunConfig:
             found.append(("image_size", f"must be two positive sizes, got {self.image_size}"))
         if not self.rescale > 0:
             found.append(("rescale", f"must be positive, got {self.rescale}"))
+        found += _augment_problems(self.augment, self.data)
         for fmt in self.export_formats:
             if fmt not in EXPORT_FORMATS:
                 found.append(("export_formats",
@@ -225,6 +228,17 @@ class RunConfig:
     @property
     def output_path(self) -> Path:
         return Path(os.path.expanduser(self.output_dir))
+
+
+def _augment_problems(spec: str, data: str) -> list[tuple[str, str]]:
+    try:
+        augmentation = parse_augment(spec)
+    except AugmentSpecError as error:
+        return [("augment", str(error))]
+    if augmentation.active and not (data != DEMO and Path(os.path.expanduser(data)).is_dir()):
+        return [("augment", "augmentation transforms images: it needs an image folder as the "
+                            "data (one subfolder per class); turn it off for arrays")]
+    return []
 
 
 def _model_problems(model: str) -> list[tuple[str, str]]:

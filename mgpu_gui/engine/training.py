@@ -21,6 +21,7 @@ import tensorflow as tf
 
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.datasets import batching, content
+from mgpu_gui.core.datasets.augment import parse_augment
 from mgpu_gui.core.devices.plan import DevicePlan
 from mgpu_gui.core.errors import ModelError
 from mgpu_gui.core.events import (
@@ -37,7 +38,7 @@ from mgpu_gui.core.modelfiles.compile_facts import CompileSource
 from mgpu_gui.core.runs import checkpoints as ckpt
 from mgpu_gui.core.runs.folder import RunDir
 from mgpu_gui.core.runs.preflight import data_sources, loss_is_classifier
-from mgpu_gui.engine import models, xla
+from mgpu_gui.engine import augmentation, models, xla
 from mgpu_gui.engine import pipeline as data_mod
 from mgpu_gui.engine.callbacks import (
     AfterWarmup,
@@ -269,6 +270,8 @@ def prepare(config: RunConfig, strategy: tf.distribute.Strategy, log,
     if note:
         log(note)
     replicas = strategy.num_replicas_in_sync
+    if config.augment:
+        log(f"Augmentation: {parse_augment(config.augment).describe()} (training only).")
 
     def batched(ds, samples, batch, what):
         if ds is None or samples < replicas:
@@ -277,9 +280,12 @@ def prepare(config: RunConfig, strategy: tf.distribute.Strategy, log,
             ds = ds.map(relabel, num_parallel_calls=tf.data.AUTOTUNE)
         training = what == "training"
         cache = data_mod.cache_for(prepared, "train" if training else what, cache_dir)
+        finish = prepared.finish
+        if training and finish is not None:  # augmentation: training images only
+            finish = augmentation.training_finish(finish, config.augment, config.seed)
         return data_mod.batch_for_training(ds, samples, batch, shuffle=training, repeat=training,
                                            seed=config.seed, cache=cache, replicas=replicas,
-                                           what=what, finish=prepared.finish)
+                                           what=what, finish=finish)
 
     def evaluation(ds, samples, what):
         batch = batching.eval_batch(samples, config.batch_per_replica, replicas)

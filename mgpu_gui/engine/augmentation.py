@@ -1,0 +1,52 @@
+"""The run's augmentation as Keras preprocessing layers, in the training pipeline only.
+
+Applied a batch at a time after the cache and the shuffle (each epoch sees new
+variations of the cached images), on the pixels' own 0-255 range before the
+rescale, on the host's CPU in tf.data: the model, and so the exported file,
+carries none of it, and validation, test and evaluation see the images as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import keras
+import tensorflow as tf
+
+from mgpu_gui.core.datasets.augment import Augmentation, parse_augment
+
+Finish = Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]
+PIXELS = (0.0, 255.0)
+
+
+def layers(augmentation: Augmentation, seed: int | None) -> list[keras.layers.Layer]:
+    """One layer per active transform, in `DEFAULTS`' order, each with its own seed."""
+    made = {
+        "flip": lambda s: keras.layers.RandomFlip("horizontal", seed=s),
+        "rotate": lambda s: keras.layers.RandomRotation(augmentation.rotate, seed=s),
+        "zoom": lambda s: keras.layers.RandomZoom(augmentation.zoom, seed=s),
+        "translate": lambda s: keras.layers.RandomTranslation(
+            augmentation.translate, augmentation.translate, seed=s),
+        "contrast": lambda s: keras.layers.RandomContrast(
+            augmentation.contrast, value_range=PIXELS, seed=s),
+        "brightness": lambda s: keras.layers.RandomBrightness(
+            augmentation.brightness, value_range=PIXELS, seed=s),
+    }
+    return [made[name](None if seed is None else seed + index)
+            for index, name in enumerate(augmentation.active)]
+
+
+def training_finish(finish: Finish, spec: str, seed: int | None) -> Finish:
+    """`finish` (an image folder's uint8 batch to the model's float32) with the spec's
+    transforms before it; `finish` itself when the spec is empty."""
+    chosen = layers(parse_augment(spec), seed)
+    if not chosen:
+        return finish
+
+    def augmented(images: tf.Tensor, labels: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        x = tf.cast(images, tf.float32)
+        for layer in chosen:
+            x = layer(x, training=True)
+        return finish(x, labels)
+
+    return augmented
