@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mgpu_gui.core.errors import ConfigError
+from mgpu_gui.core.modelfiles.builtins import ARCHITECTURES, architecture, pretrained_problem
 from mgpu_gui.core.plain import to_plain
 
 DEMO = "demo"
@@ -24,6 +25,7 @@ EXPORT_FORMATS = ("keras", "h5", "savedmodel")
 OPTIMIZERS = ("adam", "adamw", "sgd", "rmsprop", "nadam", "adagrad")
 # Keras dtype policies a run can choose; see precision.py for what each needs.
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+DEFAULT_RESCALE = 1.0 / 255.0
 
 
 class DeviceKind(StrEnum):
@@ -78,7 +80,10 @@ class LRScalingConfig:
 
 @dataclass(frozen=True)
 class RunConfig:
-    model: str = DEMO
+    model: str = DEMO  # 'demo', a built-in architecture's name, or a model file
+    # A built-in's starting weights: 'imagenet', 'none' or a weights file; None: the
+    # architecture's default (ImageNet where it has them).
+    pretrained: str | None = None
     data: str = DEMO
     validation_data: str | None = None
     validation_split: float = 0.1
@@ -100,7 +105,7 @@ class RunConfig:
     precision: str = "float32"  # a Keras dtype policy, one of PRECISIONS
     jit_compile: bool = False  # XLA; falls back to plain execution when the model cannot compile
     image_size: tuple[int, int] = (64, 64)
-    rescale: float = 1.0 / 255.0
+    rescale: float = DEFAULT_RESCALE  # not used by a built-in: see `input_rescale`
     sync_batchnorm: bool = False
     seed: int | None = 42
     output_dir: str = "~/mgpu-runs"
@@ -145,11 +150,18 @@ class RunConfig:
     def replace(self, **changes: Any) -> RunConfig:
         return dataclasses.replace(self, **changes)
 
+    @property
+    def input_rescale(self) -> float:
+        """What the pipeline multiplies pixels by: 1 for a built-in architecture, whose
+        own preprocessing inside the model takes raw 0-255 pixels (so does its export)."""
+        return 1.0 if architecture(self.model) is not None else self.rescale
+
     # -- validation ----------------------------------------------------
     def problems(self) -> list[tuple[str, str]]:
         """Every problem that can be seen without TensorFlow, one per field."""
         found: list[tuple[str, str]] = []
         found += _model_problems(self.model)
+        found += _pretrained_problems(self)
         if self.custom_objects is not None:
             path = Path(os.path.expanduser(self.custom_objects))
             if not path.is_file() or path.suffix != ".py":
@@ -227,17 +239,39 @@ class RunConfig:
         return Path(os.path.expanduser(self.output_dir))
 
 
+def is_model_file(model: str) -> bool:
+    """Whether `model` names a file: neither 'demo' nor a built-in architecture."""
+    return model != DEMO and architecture(model) is None
+
+
 def _model_problems(model: str) -> list[tuple[str, str]]:
-    if model == DEMO:
+    if model == DEMO or architecture(model) is not None:
         return []
     path = Path(os.path.expanduser(model))
     if not path.exists():
-        return [("model", f"model file not found: {path}. Check the path, or use 'demo'.")]
+        return [("model", f"model file not found: {path}. Check the path, or use 'demo' or "
+                          f"a built-in architecture ({', '.join(ARCHITECTURES)}).")]
     if path.is_dir():
         return [("model", f"{path} is a folder; pick a .keras, .h5 or .py file")]
     if path.suffix.lower() not in MODEL_SUFFIXES:
         return [("model", f"{path.name} is not a model file; use {', '.join(MODEL_SUFFIXES)}")]
     return []
+
+
+def _pretrained_problems(config: RunConfig) -> list[tuple[str, str]]:
+    arch = architecture(config.model)
+    if arch is None:
+        return [] if config.pretrained is None else [
+            ("pretrained", "only a built-in architecture starts from pretrained weights; a "
+                           "model file brings its own")]
+    found = []
+    problem = pretrained_problem(arch, config.pretrained)
+    if problem is not None:
+        found.append(("pretrained", problem))
+    if config.rescale != DEFAULT_RESCALE and config.rescale != 1.0:
+        found.append(("rescale", f"{arch.name} takes raw 0-255 pixels and normalises them "
+                                 "itself; leave the rescale at its default"))
+    return found
 
 
 def _data_problems(name: str, data: str) -> list[tuple[str, str]]:

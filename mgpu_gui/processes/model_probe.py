@@ -20,7 +20,7 @@ import sys
 import traceback
 from typing import Any
 
-from mgpu_gui.core.config import DEMO, RunConfig
+from mgpu_gui.core.config import RunConfig, is_model_file
 from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.events import ModelProbed, ModelProbeFailed
 from mgpu_gui.core.modelfiles.builder import py_builder
@@ -56,7 +56,7 @@ def _build(config: RunConfig, log: Any) -> dict[str, Any]:
                               custom_objects_file=config.custom_objects)
     label_max = data.label_max if data.label_kind is LabelKind.SPARSE else None
     models.check_model_fits_data(model, data.x_shape, data.num_classes, label_max)
-    info = None if config.model == DEMO else inspect_model_file(config.model)
+    info = inspect_model_file(config.model) if is_model_file(config.model) else None
     inputs = getattr(model, "inputs", None) or []
     input_shape = list(inputs[0].shape[1:]) if len(inputs) == 1 else list(data.x_shape)
     return {

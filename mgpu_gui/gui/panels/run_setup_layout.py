@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 
 from mgpu_gui.core.config import OPTIMIZERS, PRECISIONS
 from mgpu_gui.core.devices.precision_hint import LABELS as PRECISION_LABELS
+from mgpu_gui.core.modelfiles.builtins import IMAGENET, NO_WEIGHTS
 from mgpu_gui.gui.widgets.compile_source import CompileSourceRow
 from mgpu_gui.gui.widgets.field_cells import (
     STYLE,
@@ -130,7 +131,32 @@ class RunSetupLayout(QWidget):
                    "Models with Lambda layers store Python code that runs when the model is "
                    "loaded. Such code can do anything your user account can (delete files, "
                    "send data). Tick this only for files you made or trust.")
-        self._add(form, "", "allow_unsafe_code", [self.allow_code])
+        self._build_weights()
+        # One row for both: a model file may run code, a built-in starts from weights; the
+        # form shows the one that applies, and the row keeps its height when they swap.
+        self._add(form, "", "allow_unsafe_code", [self.allow_code, self.weights_box])
+        self._fields["pretrained"] = FieldCell((self.pretrained_combo,),
+                                               (self.pretrained_combo.toolTip(),))
+
+    def _build_weights(self) -> None:
+        self.pretrained_combo = QComboBox()
+        self.pretrained_combo.setEditable(True)
+        self.pretrained_combo.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
+        self.pretrained_combo.addItems([IMAGENET, NO_WEIGHTS])
+        self.pretrained_combo.setMinimumContentsLength(8)
+        self.pretrained_combo.setSizeAdjustPolicy(
+            QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.pretrained_combo.lineEdit().setPlaceholderText("imagenet, none or a weights file")
+        self._name(self.pretrained_combo, "Pretrained weights",
+                   "The built-in architecture's starting weights: imagenet (downloaded by "
+                   "Keras on first use, then kept in its cache), none (train from scratch), "
+                   "or the path of a weights file (.h5, .keras) of the architecture without "
+                   "its top.")
+        label = QLabel("Pretrained")
+        label.setBuddy(self.pretrained_combo)
+        self.weights_box = QWidget()
+        self.weights_box.setLayout(row([label, self.pretrained_combo]))
+        self.weights_box.hide()
 
     def _build_data(self, form: QFormLayout) -> None:
         self.data_kind = QComboBox()
