@@ -107,11 +107,13 @@ def _backbone(arch: Architecture, make: Callable[..., keras.Model], preprocesses
 
 def unavailable_message(arch: Architecture, error: BaseException) -> str:
     """Why the ImageNet weights could not be had, where to put them, and what else to do."""
-    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    return (f"The ImageNet weights of {arch.name} could not be downloaded ({first}). "
-            f"Download {arch.weights_url} on a machine with internet access and put the file "
-            f"at {keras_cache_dir() / str(arch.weights_file)} (or give it with --pretrained "
-            f"PATH), or train from scratch without pretrained weights (--pretrained none).")
+    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    reason = text.split(" -- ", 1)[-1]  # Keras: "URL fetch failure on URL: code -- reason"
+    folder = arch.weights_url.rsplit("/", 1)[0] + "/"
+    return (f"The ImageNet weights of {arch.name} could not be downloaded ({reason}). "
+            f"Download {arch.weights_file} from {folder} and put it in {keras_cache_dir()}/ "
+            f"(or give its path as the pretrained weights), or train from scratch "
+            f"(pretrained weights: none).")
 
 
 def _weights_text(weights: str) -> str:

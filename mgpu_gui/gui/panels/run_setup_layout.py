@@ -103,12 +103,14 @@ class RunSetupLayout(QWidget):
             QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.model_edit = self.model_combo.lineEdit()
         self.model_edit.setAcceptDrops(False)  # a dropped file goes to the panel's handler
-        self.model_edit.setPlaceholderText("demo, or a .keras / .h5 / .py file")
+        self.model_edit.setPlaceholderText("demo, a built-in, or a .keras / .h5 / .py file")
         self.model_edit.setAccessibleName("Model file path")
         self.model_browse = QPushButton("Browse…")
         self.summary_button = QPushButton("Show summary")
         self._name(self.model_combo, "Model file",
-                   "The model to train: 'demo' (a small convnet), a .keras or .h5 file saved "
+                   "The model to train: 'demo' (a small convnet), a built-in architecture "
+                   "(small_convnet, MobileNetV3, EfficientNetV2, ResNet50V2, ConvNeXt: built "
+                   "for the data's image size and classes), a .keras or .h5 file saved "
                    "by Keras, or a .py file whose build_model() (or create_model(), get_model(), "
                    "make_model()) takes input_shape and num_classes. "
                    "Recent files are in the list; you can also drop a file on this panel.")
@@ -137,6 +139,7 @@ class RunSetupLayout(QWidget):
         self._add(form, "", "allow_unsafe_code", [self.allow_code, self.weights_box])
         self._fields["pretrained"] = FieldCell((self.pretrained_combo,),
                                                (self.pretrained_combo.toolTip(),))
+        self.allow_code.setMinimumHeight(self.weights_box.sizeHint().height())
 
     def _build_weights(self) -> None:
         self.pretrained_combo = QComboBox()
