@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mgpu_gui.core.errors import ConfigError
-from mgpu_gui.core.modelfiles.builtins import ARCHITECTURES, architecture, pretrained_problem
+from mgpu_gui.core.modelfiles.builtins import architecture, pretrained_problem
 from mgpu_gui.core.plain import to_plain
 
 DEMO = "demo"
@@ -249,8 +249,7 @@ def _model_problems(model: str) -> list[tuple[str, str]]:
         return []
     path = Path(os.path.expanduser(model))
     if not path.exists():
-        return [("model", f"model file not found: {path}. Check the path, or use 'demo' or "
-                          f"a built-in architecture ({', '.join(ARCHITECTURES)}).")]
+        return [("model", f"model file not found: {path}. Check the path, or use 'demo'.")]
     if path.is_dir():
         return [("model", f"{path} is a folder; pick a .keras, .h5 or .py file")]
     if path.suffix.lower() not in MODEL_SUFFIXES:

@@ -155,6 +155,8 @@ class RunSetupLayout(QWidget):
                    "Keras on first use, then kept in its cache), none (train from scratch), "
                    "or the path of a weights file (.h5, .keras) of the architecture without "
                    "its top.")
+        self.pretrained_combo.lineEdit().setAccessibleName("Pretrained weights")
+        self.pretrained_combo.lineEdit().setToolTip(self.pretrained_combo.toolTip())
         label = QLabel("Pretrained")
         label.setBuddy(self.pretrained_combo)
         self.weights_box = QWidget()

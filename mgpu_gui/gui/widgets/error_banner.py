@@ -39,6 +39,7 @@ class ErrorBanner(QFrame):
         self.details_button.setToolTip("The technical details (traceback) for a bug report")
         self.details_button.clicked.connect(self._show_details)
         self.action_button = QPushButton()
+        self.action_button.setAccessibleName("What to do about the error")  # named when shown
         self.action_button.clicked.connect(self._act)
         self.action_button.hide()
         close = QPushButton("Dismiss")
