@@ -20,7 +20,8 @@ import sys
 import traceback
 from typing import Any
 
-from mgpu_gui.core.config import RunConfig, is_model_file
+from mgpu_gui.core.config import DEMO, RunConfig, is_model_file
+from mgpu_gui.core.modelfiles.builtins import NO_WEIGHTS
 from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.events import ModelProbed, ModelProbeFailed
 from mgpu_gui.core.modelfiles.builder import py_builder
@@ -51,6 +52,9 @@ def _build(config: RunConfig, log: Any) -> dict[str, Any]:
 
     from mgpu_gui.engine import models
 
+    if not is_model_file(config.model) and config.model != DEMO:
+        # A built-in's layers and sizes do not depend on its weights: none are downloaded.
+        config = config.replace(pretrained=NO_WEIGHTS)
     model = models.load_model(config, tf.distribute.get_strategy(), input_shape=data.x_shape,
                               num_classes=data.num_classes, log=log,
                               custom_objects_file=config.custom_objects)
