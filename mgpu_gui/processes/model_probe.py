@@ -21,10 +21,10 @@ import traceback
 from typing import Any
 
 from mgpu_gui.core.config import DEMO, RunConfig, is_model_file
-from mgpu_gui.core.modelfiles.builtins import NO_WEIGHTS
 from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.events import ModelProbed, ModelProbeFailed
 from mgpu_gui.core.modelfiles.builder import py_builder
+from mgpu_gui.core.modelfiles.builtins import NO_WEIGHTS
 from mgpu_gui.core.modelfiles.inspection import inspect_model_file
 from mgpu_gui.core.tools.model_probe import ProbeOutcome
 
