@@ -7,9 +7,10 @@ Imports no subcommand module: they import this.
 from __future__ import annotations
 
 import argparse
+import shlex
 import signal
 import sys
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -28,16 +29,18 @@ from mgpu_gui.core.config import (
     ReduceLROnPlateauConfig,
     RunConfig,
 )
-from mgpu_gui.core.errors import UserError
+from mgpu_gui.core.errors import UserError, WeightsUnavailable
 from mgpu_gui.core.events import (
     EvaluationDone,
     EvaluationFailed,
     ExportDone,
     PredictionsMade,
+    RunFailed,
     RunFinished,
     RunStatus,
 )
 from mgpu_gui.core.eventtext import finished_line
+from mgpu_gui.core.modelfiles.builtins import ARCHITECTURES, NO_WEIGHTS
 from mgpu_gui.core.runs.store import RunRecord, RunStore
 from mgpu_gui.core.runs.storedb import StoreError
 from mgpu_gui.core.tools.evaluate_job import EvaluateJob, EvaluateRequest, PredictRequest
@@ -50,7 +53,7 @@ FLAGS = {  # RunConfig fields as the flags a CLI user typed
     "epochs": "--epochs", "learning_rate": "--lr", "optimizer": "--optimizer",
     "devices.replicas": "--replicas", "devices.gpus": "--gpus", "image_size": "--image-size",
     "rescale": "--rescale", "export_formats": "--export", "custom_objects": "--custom-objects",
-    "builder": "--builder", "augment": "--augment",
+    "builder": "--builder", "pretrained": "--pretrained", "augment": "--augment",
     "early_stopping.patience": "--es-patience", "reduce_lr.patience": "--rl-patience",
     "reduce_lr.factor": "--rl-factor", "precision": "--precision", "jit_compile": "--xla",
     "lr_scaling.warmup_epochs": "--warmup-epochs",
@@ -83,7 +86,11 @@ def add_train_arguments(p: argparse.ArgumentParser, *, hidden: Collection[str] =
     d = RunConfig()
     add = _Flags(hidden, helps)
     add(p, "--config", type=Path, help="a RunConfig JSON file; flags override it")
-    add(p, "--model", help=f"a .keras, .h5 or .py file, or '{DEMO}' (default)")
+    add(p, "--model", help=f"a .keras, .h5 or .py file, a built-in architecture "
+        f"({', '.join(ARCHITECTURES)}; see `mgpu-train models`), or '{DEMO}' (default)")
+    add(p, "--pretrained", help="a built-in architecture's starting weights: imagenet "
+        "(downloaded by Keras to its cache on first use), none (from scratch) or a weights "
+        "file (default: imagenet where the architecture has them)")
     add(p, "--builder", help="the function of a .py model file that returns the model "
         "(default: the first of build_model, create_model, get_model, make_model it defines)")
     add(p, "--data", help=f"an .npz file, an image folder, or '{DEMO}' (default)")
@@ -176,7 +183,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     changes = {}
     for name in ("model", "data", "validation_data", "validation_split", "batch_per_replica",
                  "epochs", "optimizer", "learning_rate", "loss", "rescale", "seed",
-                 "output_dir", "run_name", "custom_objects", "precision", "builder", "augment"):
+                 "output_dir", "run_name", "custom_objects", "precision", "builder",
+                 "pretrained", "augment"):
         value = getattr(args, name)
         if value is not None:
             changes[name] = value
@@ -341,7 +349,21 @@ def supervise(run: PreparedRun, args: argparse.Namespace, store: RunStore | None
         store.close()
     if resume_hint is None and run.run_id is not None:
         resume_hint = f"Continue it with: mgpu-train resume {run.run_id}"
-    return _report_outcome(outcome, human, args.debug, interrupted(), resume_hint or "")
+    return _report_outcome(outcome, human, args.debug, interrupted(), resume_hint or "",
+                           args.command_line)
+
+
+def scratch_command(command_line: Sequence[str]) -> str:
+    """The user's `mgpu-train` command with `--pretrained none`: the same run from scratch."""
+    words, skip = [], False
+    for word in command_line:
+        if skip:
+            skip = False
+        elif word == "--pretrained":
+            skip = True
+        elif not word.startswith("--pretrained="):
+            words.append(word)
+    return shlex.join(["mgpu-train", *words, "--pretrained", NO_WEIGHTS])
 
 
 def _forward_interrupts(worker: WorkerProcess) -> Callable[[], bool]:
@@ -365,13 +387,17 @@ def _forward_interrupts(worker: WorkerProcess) -> Callable[[], bool]:
 
 
 def _report_outcome(outcome: RunOutcome, out: TextIO, debug: bool, interrupted: bool,
-                    resume: str) -> int:
+                    resume: str, command_line: Sequence[str] = ()) -> int:
     if outcome.status is RunStatus.FAILED:
         print(f"error: {outcome.message}", file=sys.stderr)
         if debug and outcome.traceback:
             print(outcome.traceback, file=sys.stderr)
         if resume and outcome.resumable:
             print(resume, file=sys.stderr)
+        if any(isinstance(e, RunFailed) and e.error_type == WeightsUnavailable.__name__
+               for e in outcome.events):
+            print(f"To train from scratch instead: {scratch_command(command_line)}",
+                  file=sys.stderr)
         return EXIT_FAILED
     finished = next(e for e in reversed(outcome.events) if isinstance(e, RunFinished))
     print(finished_line(finished), file=out)

@@ -21,6 +21,7 @@ from mgpu_gui.cli import (
     export,
     find_batch,
     inspect,
+    models,
     predict,
     queue,
     resume,
@@ -34,8 +35,8 @@ from mgpu_gui.cli.common import EXIT_FAILED, EXIT_STOPPED, EXIT_USAGE, FLAGS
 from mgpu_gui.core.errors import ConfigError, UserError
 from mgpu_gui.core.runs.storedb import STORE_ENV
 
-SUBCOMMANDS = (train, resume, runs, queue, devices, doctor, export, evaluate, predict, inspect,
-               unwrap, scale, find_batch, worker)
+SUBCOMMANDS = (train, resume, runs, queue, models, devices, doctor, export, evaluate, predict,
+               inspect, unwrap, scale, find_batch, worker)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,7 +82,9 @@ def _with_command(argv: list[str]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(_with_command(list(sys.argv[1:] if argv is None else argv)))
+    words = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(_with_command(words))
+    args.command_line = words  # for a failure's advice: the same command with a change
     try:
         return args.func(args)
     except ConfigError as error:

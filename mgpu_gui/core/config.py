@@ -17,6 +17,7 @@ from typing import Any
 
 from mgpu_gui.core.datasets.augment import AugmentSpecError, parse_augment
 from mgpu_gui.core.errors import ConfigError
+from mgpu_gui.core.modelfiles.builtins import architecture, pretrained_problem
 from mgpu_gui.core.plain import to_plain
 
 DEMO = "demo"
@@ -25,6 +26,7 @@ EXPORT_FORMATS = ("keras", "h5", "savedmodel")
 OPTIMIZERS = ("adam", "adamw", "sgd", "rmsprop", "nadam", "adagrad")
 # Keras dtype policies a run can choose; see precision.py for what each needs.
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+DEFAULT_RESCALE = 1.0 / 255.0
 
 
 class DeviceKind(StrEnum):
@@ -79,7 +81,10 @@ class LRScalingConfig:
 
 @dataclass(frozen=True)
 class RunConfig:
-    model: str = DEMO
+    model: str = DEMO  # 'demo', a built-in architecture's name, or a model file
+    # A built-in's starting weights: 'imagenet', 'none' or a weights file; None: the
+    # architecture's default (ImageNet where it has them).
+    pretrained: str | None = None
     data: str = DEMO
     validation_data: str | None = None
     validation_split: float = 0.1
@@ -101,7 +106,7 @@ class RunConfig:
     precision: str = "float32"  # a Keras dtype policy, one of PRECISIONS
     jit_compile: bool = False  # XLA; falls back to plain execution when the model cannot compile
     image_size: tuple[int, int] = (64, 64)
-    rescale: float = 1.0 / 255.0
+    rescale: float = DEFAULT_RESCALE  # not used by a built-in: see `input_rescale`
     augment: str = ""  # image folders: training images varied at random (datasets.augment)
     sync_batchnorm: bool = False
     seed: int | None = 42
@@ -147,11 +152,18 @@ class RunConfig:
     def replace(self, **changes: Any) -> RunConfig:
         return dataclasses.replace(self, **changes)
 
+    @property
+    def input_rescale(self) -> float:
+        """What the pipeline multiplies pixels by: 1 for a built-in architecture, whose
+        own preprocessing inside the model takes raw 0-255 pixels (so does its export)."""
+        return 1.0 if architecture(self.model) is not None else self.rescale
+
     # -- validation ----------------------------------------------------
     def problems(self) -> list[tuple[str, str]]:
         """Every problem that can be seen without TensorFlow, one per field."""
         found: list[tuple[str, str]] = []
         found += _model_problems(self.model)
+        found += _pretrained_problems(self)
         if self.custom_objects is not None:
             path = Path(os.path.expanduser(self.custom_objects))
             if not path.is_file() or path.suffix != ".py":
@@ -241,8 +253,13 @@ def _augment_problems(spec: str, data: str) -> list[tuple[str, str]]:
     return []
 
 
+def is_model_file(model: str) -> bool:
+    """Whether `model` names a file: neither 'demo' nor a built-in architecture."""
+    return model != DEMO and architecture(model) is None
+
+
 def _model_problems(model: str) -> list[tuple[str, str]]:
-    if model == DEMO:
+    if model == DEMO or architecture(model) is not None:
         return []
     path = Path(os.path.expanduser(model))
     if not path.exists():
@@ -252,6 +269,22 @@ def _model_problems(model: str) -> list[tuple[str, str]]:
     if path.suffix.lower() not in MODEL_SUFFIXES:
         return [("model", f"{path.name} is not a model file; use {', '.join(MODEL_SUFFIXES)}")]
     return []
+
+
+def _pretrained_problems(config: RunConfig) -> list[tuple[str, str]]:
+    arch = architecture(config.model)
+    if arch is None:
+        return [] if config.pretrained is None else [
+            ("pretrained", "only a built-in architecture starts from pretrained weights; a "
+                           "model file brings its own")]
+    found = []
+    problem = pretrained_problem(arch, config.pretrained)
+    if problem is not None:
+        found.append(("pretrained", problem))
+    if config.rescale != DEFAULT_RESCALE and config.rescale != 1.0:
+        found.append(("rescale", f"{arch.name} takes raw 0-255 pixels and normalises them "
+                                 "itself; leave the rescale at its default"))
+    return found
 
 
 def _data_problems(name: str, data: str) -> list[tuple[str, str]]:

@@ -52,3 +52,14 @@ class ExportError(UserError):
 
 class OutputError(UserError):
     """The output folder cannot be created or written."""
+
+
+class WeightsUnavailable(ModelError):
+    """A built-in architecture's pretrained weights could not be downloaded (no network).
+
+    The message names the file, where to put it, and training from scratch; the CLI
+    adds the command line that does that, the GUI a button. A resume would fail the
+    same way until the file is there, and a run refused in setup leaves no folder.
+    """
+
+    resumable = False

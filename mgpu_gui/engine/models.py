@@ -29,10 +29,11 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from mgpu_gui.core.config import DEMO, RunConfig
+from mgpu_gui.core.config import RunConfig, is_model_file
 from mgpu_gui.core.datasets import fit_check
 from mgpu_gui.core.errors import ModelError
 from mgpu_gui.core.modelfiles.builder import py_builder
+from mgpu_gui.core.modelfiles.builtins import architecture
 from mgpu_gui.core.modelfiles.compile_facts import CompileSource
 from mgpu_gui.core.modelfiles.info import ModelFileInfo, lambda_refused
 from mgpu_gui.core.modelfiles.inspection import inspect_model_file, read_h5_training_config
@@ -74,14 +75,20 @@ def load_run_model(
     takes it; a loaded file's layers are switched to it (see precision.py). A
     compiled file keeps its own optimizer unless `config.override_compile`.
     """
-    info = None if config.model == DEMO else inspect_model_file(config.model)
+    info = inspect_model_file(config.model) if is_model_file(config.model) else None
     custom_objects = load_custom_objects(custom_objects_file) if custom_objects_file else {}
     built = info is None or info.format == "py"
+    builtin = architecture(config.model)
     # A compiled file is loaded under float32: its optimizer's saved state does not fit
     # the LossScaleOptimizer Keras would wrap it in under mixed_float16 (measured).
     precision.set_global_policy(config.precision if built else precision.FLOAT32)
     with strategy.scope():
-        if info is None:
+        if builtin is not None:
+            from mgpu_gui.engine.builtins import build_builtin
+
+            model = build_builtin(builtin, config.pretrained, tuple(input_shape), num_classes,
+                                  log)
+        elif info is None:
             from mgpu_gui.engine.demo import build_demo_model
 
             model = build_demo_model(tuple(input_shape), num_classes)

@@ -182,7 +182,7 @@ def load_data(config: RunConfig) -> PreparedData:
     explicit choice), `x_val`/`y_val` in the `.npz`, else a seeded split of
     `config.validation_split` of the training samples. `.npz` inputs become
     float32; uint8 inputs are treated as pixels: multiplied by
-    `config.rescale`, and (N, H, W) gets a channel axis. Image folders decode
+    `config.input_rescale`, and (N, H, W) gets a channel axis. Image folders decode
     in the pipeline (3 channels, resized to `config.image_size`, x rescale).
     The demo is scaled to [0, 1] with a fixed held-out test set.
     """
@@ -273,8 +273,9 @@ def input_record(config: RunConfig, prepared: PreparedData) -> InputRecord:
     """What this pipeline did to a sample before the model saw it, for the export's card."""
     if prepared.kind is DataKind.IMAGES:
         size = tuple(int(s) for s in config.image_size)
-        return InputRecord(IMAGES, (size[0], size[1]), channels=3, rescale=float(config.rescale))
-    return InputRecord(ARRAYS, rescale=float(config.rescale))
+        return InputRecord(IMAGES, (size[0], size[1]), channels=3,
+                           rescale=float(config.input_rescale))
+    return InputRecord(ARRAYS, rescale=float(config.input_rescale))
 
 
 def _read_source(
@@ -307,7 +308,7 @@ def _read_source(
     check_pairs(path.name, layout.pairs, layout.x_shapes, arrays)
     y_keys = [yk for _, yk in layout.pairs]
     sparse = describe_labels([arrays[k] for k in y_keys], y_keys).kind is LabelKind.SPARSE
-    splits = {xk: _npz_arrays(arrays[xk], arrays[yk], config.rescale, sparse,
+    splits = {xk: _npz_arrays(arrays[xk], arrays[yk], config.input_rescale, sparse,
                               SampleOrigins.of_rows(str(path), xk, len(arrays[xk]),
                                                     layout.x_shapes[xk][1:]))
               for xk, yk in layout.pairs}
@@ -409,7 +410,7 @@ class _Converter:
 
     def __init__(self, config: RunConfig, shape: tuple[int, ...]):
         self.size = tuple(int(s) for s in config.image_size)
-        self.rescale = float(config.rescale)
+        self.rescale = float(config.input_rescale)
         self.shape = shape
 
     def __call__(self, data: _Split) -> tf.data.Dataset:
@@ -427,7 +428,8 @@ class _Converter:
         return tf.ensure_shape(image, self.shape), label
 
     def finish(self, image: tf.Tensor, label: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        return tf.cast(image, tf.float32) * self.rescale, label
+        pixels = tf.cast(image, tf.float32)  # a built-in rescales in the model: no multiply
+        return (pixels if self.rescale == 1.0 else pixels * self.rescale), label
 
     def sample(self, data: _Split) -> np.ndarray:
         n = min(SAMPLE_BATCH, _len(data))

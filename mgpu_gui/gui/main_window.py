@@ -354,7 +354,8 @@ class MainWindow(ToolDialogs, RunHistory, ExportActions, QMainWindow):
         if isinstance(event, RunStarted):
             self.statusBar().showMessage(status_text(event, None))
         if isinstance(event, RunFailed):
-            self.banner.show_error(event.message, event.traceback)
+            self.banner.show_error(event.message, event.traceback,
+                                   self.run_setup.failure_offer(event))
         if isinstance(event, RunStarted | EpochEnd):
             self.runs_panel.refresh()  # recorded before it was emitted: the table is current
 

@@ -20,10 +20,11 @@ import sys
 import traceback
 from typing import Any
 
-from mgpu_gui.core.config import DEMO, RunConfig
+from mgpu_gui.core.config import DEMO, RunConfig, is_model_file
 from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.events import ModelProbed, ModelProbeFailed
 from mgpu_gui.core.modelfiles.builder import py_builder
+from mgpu_gui.core.modelfiles.builtins import NO_WEIGHTS
 from mgpu_gui.core.modelfiles.inspection import inspect_model_file
 from mgpu_gui.core.tools.model_probe import ProbeOutcome
 
@@ -51,12 +52,15 @@ def _build(config: RunConfig, log: Any) -> dict[str, Any]:
 
     from mgpu_gui.engine import models
 
+    if not is_model_file(config.model) and config.model != DEMO:
+        # A built-in's layers and sizes do not depend on its weights: none are downloaded.
+        config = config.replace(pretrained=NO_WEIGHTS)
     model = models.load_model(config, tf.distribute.get_strategy(), input_shape=data.x_shape,
                               num_classes=data.num_classes, log=log,
                               custom_objects_file=config.custom_objects)
     label_max = data.label_max if data.label_kind is LabelKind.SPARSE else None
     models.check_model_fits_data(model, data.x_shape, data.num_classes, label_max)
-    info = None if config.model == DEMO else inspect_model_file(config.model)
+    info = inspect_model_file(config.model) if is_model_file(config.model) else None
     inputs = getattr(model, "inputs", None) or []
     input_shape = list(inputs[0].shape[1:]) if len(inputs) == 1 else list(data.x_shape)
     return {

@@ -15,13 +15,14 @@ import os
 from collections.abc import Sequence
 from typing import Protocol
 
-from mgpu_gui.core.config import DEMO, RunConfig
+from mgpu_gui.core.config import DEMO, RunConfig, is_model_file
 from mgpu_gui.core.datasets import fit_check
 from mgpu_gui.core.datasets.content import ContentRequest
 from mgpu_gui.core.datasets.inspection import DataInfo, LabelKind
 from mgpu_gui.core.errors import DataError, ModelError, OutputError, UserError
 from mgpu_gui.core.events import DataChecked
 from mgpu_gui.core.modelfiles.builder import py_builder
+from mgpu_gui.core.modelfiles.builtins import architecture, input_problem
 from mgpu_gui.core.modelfiles.info import ModelFileInfo, lambda_refused
 from mgpu_gui.core.runs import checkpoints
 
@@ -52,7 +53,7 @@ def check(config: RunConfig, replicas: int, reader: FileReader,
         raise UserError("TensorBoard logs need the tensorboard package, which TensorFlow 2.21 "
                         "no longer installs: pip install 'mgpu-gui[tensorboard]', or train "
                         "without --tensorboard.")
-    model = None if config.model == DEMO else reader.inspect_model(config.model)
+    model = reader.inspect_model(config.model) if is_model_file(config.model) else None
     if model is not None:
         check_builder(config, model)
     data = reader.inspect_data(config.data, image_size=config.image_size)
@@ -61,6 +62,7 @@ def check(config: RunConfig, replicas: int, reader: FileReader,
     reader.check_content(content_request(config, model))
     if model is not None:
         check_model_fits(config, model, data)
+    check_builtin_fits(config, data)
     check_batch_fits(config, replicas, data)
     if disk:
         check_output_disk(config, model)
@@ -91,6 +93,8 @@ def classifier_of(config: RunConfig, model: ModelFileInfo | None) -> tuple[bool 
         return loss_is_classifier(config.loss), f"the loss {config.loss}"
     if config.model == DEMO:
         return True, "the demo model"
+    if architecture(config.model) is not None:
+        return True, f"the built-in {config.model} (a softmax classifier)"
     if model is None or model.format == "py":
         return None, ""
     if model.compiled and model.loss:
@@ -130,6 +134,14 @@ def check_model_fits(config: RunConfig, model: ModelFileInfo, data: DataInfo) ->
         fit_check.check_input_shape(model.input_shape, data.x_shape)
     if data.label_kind is LabelKind.SPARSE:
         fit_check.check_label_range(model.output_units, data.label_max, data.num_classes)
+
+
+def check_builtin_fits(config: RunConfig, data: DataInfo) -> None:
+    """Refuse data a built-in architecture cannot take: not RGB, or under 32x32 (pure)."""
+    arch = architecture(config.model)
+    problem = None if arch is None else input_problem(arch, data.x_shape)
+    if problem is not None:
+        raise DataError(problem)
 
 
 def check_batch_fits(config: RunConfig, replicas: int, data: DataInfo) -> None:

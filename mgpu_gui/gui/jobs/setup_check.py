@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from mgpu_gui.core.children.inspector import file_inspector
-from mgpu_gui.core.config import DEMO, RunConfig
-from mgpu_gui.core.datasets.inspection import DataInfo
+from mgpu_gui.core.config import RunConfig, is_model_file
+from mgpu_gui.core.datasets.inspection import DataInfo, DataKind
 from mgpu_gui.core.errors import DataError, ModelError, UserError
 from mgpu_gui.core.modelfiles.info import ModelFileInfo
 from mgpu_gui.core.runs import preflight
@@ -91,7 +91,7 @@ class SetupChecker:
                        ) -> tuple[ModelFileInfo | None, DataInfo | None, dict[str, str]]:
         problems: dict[str, str] = {}
         model = data = None
-        if "model" not in known and config.model != DEMO:
+        if "model" not in known and is_model_file(config.model):
             model, message = self._read_model(config.model)
             if message is not None:
                 problems["model"] = message
@@ -107,6 +107,9 @@ class SetupChecker:
             if model is not None:
                 problems.update(attempt(None, lambda: preflight.check_model_fits(
                     config, model, data)))
+            # A built-in's refusal of small images is fixed in the image size.
+            problems.update(attempt("image_size" if data.kind is DataKind.IMAGES else "data",
+                                    lambda: preflight.check_builtin_fits(config, data)))
             if not problems.keys() - {"model"}:
                 problems.update(attempt("batch_per_replica", lambda: preflight.check_batch_fits(
                     config, replicas, data)))

@@ -27,12 +27,13 @@ from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QShowEvent
 from PySide6.QtWidgets import QFileDialog, QWidget
 
-from mgpu_gui.core.config import DEMO, MODEL_SUFFIXES, RunConfig
+from mgpu_gui.core.config import DEMO, MODEL_SUFFIXES, RunConfig, is_model_file
 from mgpu_gui.core.datasets import batching as data_mod
 from mgpu_gui.core.datasets.inspection import DataInfo
 from mgpu_gui.core.devices.nvml import GpuInfo
 from mgpu_gui.core.devices.precision_hint import precision_hint
-from mgpu_gui.core.errors import UserError
+from mgpu_gui.core.errors import UserError, WeightsUnavailable
+from mgpu_gui.core.events import RunFailed
 from mgpu_gui.core.lr_schedule import LinearScaling, format_lr
 from mgpu_gui.core.modelfiles.compile_facts import CompileFacts
 from mgpu_gui.core.modelfiles.info import ModelFileInfo
@@ -41,7 +42,8 @@ from mgpu_gui.gui.jobs.build_check import BuildCheck
 from mgpu_gui.gui.jobs.data_content import DataContentCheck
 from mgpu_gui.gui.jobs.preload import preload
 from mgpu_gui.gui.jobs.setup_check import SetupChecker
-from mgpu_gui.gui.panels.run_setup_form import RunSetupForm
+from mgpu_gui.gui.panels.run_setup_form import RunSetupForm, model_choices
+from mgpu_gui.gui.widgets.error_banner import BannerAction
 from mgpu_gui.gui.widgets.recent_files import RecentFiles
 
 if TYPE_CHECKING:  # the Data view's module loads when it first opens
@@ -84,7 +86,8 @@ class RunSetupPanel(RunSetupForm):
         self._content = DataContentCheck(self)
         self._content.progress.connect(self._show_content_progress)
         self._content.finished.connect(self.check_now)
-        self._recent = RecentFiles(self.model_combo, f"{SETTINGS_GROUP}/recent_models", DEMO)
+        self._recent = RecentFiles(self.model_combo, f"{SETTINGS_GROUP}/recent_models",
+                                   model_choices())
         self.data_view: DataViewDialog | None = None  # the Data view, while open
         self._view_loading = False  # the Data view's modules are (being) imported ahead
         self._connect_panel()
@@ -127,6 +130,13 @@ class RunSetupPanel(RunSetupForm):
     def recent_models(self) -> list[str]:
         return self._recent.paths()
 
+    def failure_offer(self, failed: RunFailed) -> BannerAction | None:
+        """What the banner offers for a run that failed: training from scratch, when a
+        built-in's pretrained weights could not be downloaded."""
+        if failed.error_type != WeightsUnavailable.__name__:
+            return None
+        return BannerAction("Train from scratch", self.train_from_scratch)
+
     def show_summary(self) -> None:
         """Build the model in a probe process; the result arrives via `summary_ready`."""
         self.check_now()
@@ -167,7 +177,7 @@ class RunSetupPanel(RunSetupForm):
         if not problems and self._content.is_running():
             self.summary_label.setText("Checking the data…")
         # What the file is does not depend on the data: shown even when they do not fit.
-        file_info = None if config.model == DEMO else self.model_info
+        file_info = self.model_info if is_model_file(config.model) else None
         self.wrapper_notice.show_for(file_info)
         self._show_compile_facts(file_info.compile if file_info is not None else None)
         self._update_batch_text()

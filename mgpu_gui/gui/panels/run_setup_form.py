@@ -26,11 +26,13 @@ from mgpu_gui.core.config import (
     RunConfig,
 )
 from mgpu_gui.core.datasets.inspection import DataInfo
+from mgpu_gui.core.modelfiles.builtins import ARCHITECTURES, IMAGENET, NO_WEIGHTS, architecture
 from mgpu_gui.gui.panels.run_setup_layout import RunSetupLayout
 from mgpu_gui.gui.widgets.field_cells import ERROR_COLOR
 
 FIELD_NAMES = {
-    "model": "Model", "allow_unsafe_code": "Allow code", "data": "Data",
+    "model": "Model", "allow_unsafe_code": "Allow code", "pretrained": "Pretrained",
+    "data": "Data",
     "image_size": "Image size", "validation_split": "Validation split",
     "batch_per_replica": "Batch per GPU", "epochs": "Epochs", "optimizer": "Optimizer",
     "learning_rate": "Learning rate", "early_stopping.patience": "Early stopping",
@@ -56,8 +58,13 @@ class RunSetupForm(RunSetupLayout):
         """The RunConfig these widgets describe (not validated)."""
         kind = self.data_kind.currentData()
         data = DEMO if kind == "demo" else (self.data_edit.text().strip() or DEMO)
+        model = self.model_edit.text().strip() or DEMO
+        arch = architecture(model)
         return RunConfig(
-            model=self.model_edit.text().strip() or DEMO,
+            model=model,
+            # An architecture without ImageNet weights trains from scratch: its default.
+            pretrained=(self.pretrained_combo.currentText().strip() or None)
+            if arch is not None and arch.has_imagenet else None,
             data=data,
             validation_split=round(self.split_spin.value() / 100.0, 4),
             allow_unsafe_code=self.allow_code.isChecked(),
@@ -82,6 +89,9 @@ class RunSetupForm(RunSetupLayout):
         """Show `config` in the widgets (the fields this panel has)."""
         with self._quiet():
             self.model_edit.setText(config.model)
+            self._weights_choice = config.pretrained or IMAGENET
+            self.pretrained_combo.setCurrentText(self._weights_choice)
+            self._update_model_widgets()
             self.allow_code.setChecked(config.allow_unsafe_code)
             self._set_data_widgets(config.data)
             self.split_spin.setValue(round(config.validation_split * 100))
@@ -102,6 +112,11 @@ class RunSetupForm(RunSetupLayout):
             self.sync_bn.setChecked(config.sync_batchnorm)
             self.output_edit.setText(config.output_dir)
         self._edited()
+
+    def train_from_scratch(self) -> None:
+        """Start the built-in architecture from no pretrained weights (the offer made when
+        they could not be downloaded)."""
+        self.pretrained_combo.setCurrentText(NO_WEIGHTS)
 
     def set_enabled_for_run(self, enabled: bool) -> None:
         """Lock the settings while a run uses them (enabled=False), unlock after."""
@@ -168,8 +183,10 @@ class RunSetupForm(RunSetupLayout):
             self.edited.emit()
 
     def _connect(self) -> None:
-        for edit in (self.model_edit, self.data_edit, self.lr_edit, self.output_edit):
+        for edit in (self.model_edit, self.data_edit, self.lr_edit, self.output_edit,
+                     self.pretrained_combo.lineEdit()):
             edit.textChanged.connect(self._edited)
+        self.model_edit.textChanged.connect(self._update_model_widgets)
         for spin in (self.width_spin, self.height_spin, self.split_spin, self.batch_spin,
                      self.epochs_spin, self.patience_spin):
             spin.valueChanged.connect(self._edited)
@@ -190,6 +207,20 @@ class RunSetupForm(RunSetupLayout):
         except ValueError:
             return math.nan
 
+    def _update_model_widgets(self) -> None:
+        """A built-in shows its weights where a model file's code consent goes; one without
+        ImageNet weights shows 'none', and the choice comes back with the next one."""
+        arch = architecture(self.model_edit.text().strip())
+        self.allow_code.setVisible(arch is None)
+        self.weights_box.setVisible(arch is not None)
+        fixed = arch is not None and not arch.has_imagenet
+        if fixed and self.pretrained_combo.isEnabled():
+            self._weights_choice = self.pretrained_combo.currentText()
+            self.pretrained_combo.setCurrentText(NO_WEIGHTS)
+        elif not fixed and not self.pretrained_combo.isEnabled():
+            self.pretrained_combo.setCurrentText(self._weights_choice)
+        self.pretrained_combo.setEnabled(not fixed)
+
     def _update_data_widgets(self) -> None:
         kind = self.data_kind.currentData()
         self.data_path_row.setVisible(kind != "demo")
@@ -205,6 +236,17 @@ class RunSetupForm(RunSetupLayout):
         if data != DEMO:
             self.data_edit.setText(data)
         self._update_data_widgets()
+
+
+def model_choices() -> list[tuple[str, str]]:
+    """The model list's fixed entries: 'demo', then each built-in architecture, explained."""
+    choices = [(DEMO, "The demo: a small ConvNet for the bundled 8x8 digits.")]
+    for arch in ARCHITECTURES.values():
+        weights = "ImageNet weights" if arch.has_imagenet else "no pretrained weights"
+        choices.append((arch.name, f"Built-in {arch.family}: {arch.params_10_classes / 1e6:.1f} "
+                                   f"M parameters (10 classes), {weights}; built for the "
+                                   f"data's image size (32x32 or more) and classes."))
+    return choices
 
 
 def _escape(text: str) -> str:

@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 
 from mgpu_gui.core.config import OPTIMIZERS, PRECISIONS
 from mgpu_gui.core.devices.precision_hint import LABELS as PRECISION_LABELS
+from mgpu_gui.core.modelfiles.builtins import IMAGENET, NO_WEIGHTS
 from mgpu_gui.gui.widgets.compile_source import CompileSourceRow
 from mgpu_gui.gui.widgets.field_cells import (
     STYLE,
@@ -102,12 +103,14 @@ class RunSetupLayout(QWidget):
             QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
         self.model_edit = self.model_combo.lineEdit()
         self.model_edit.setAcceptDrops(False)  # a dropped file goes to the panel's handler
-        self.model_edit.setPlaceholderText("demo, or a .keras / .h5 / .py file")
+        self.model_edit.setPlaceholderText("demo, a built-in, or a .keras / .h5 / .py file")
         self.model_edit.setAccessibleName("Model file path")
         self.model_browse = QPushButton("Browse…")
         self.summary_button = QPushButton("Show summary")
         self._name(self.model_combo, "Model file",
-                   "The model to train: 'demo' (a small convnet), a .keras or .h5 file saved "
+                   "The model to train: 'demo' (a small convnet), a built-in architecture "
+                   "(small_convnet, MobileNetV3, EfficientNetV2, ResNet50V2, ConvNeXt: built "
+                   "for the data's image size and classes), a .keras or .h5 file saved "
                    "by Keras, or a .py file whose build_model() (or create_model(), get_model(), "
                    "make_model()) takes input_shape and num_classes. "
                    "Recent files are in the list; you can also drop a file on this panel.")
@@ -130,7 +133,35 @@ class RunSetupLayout(QWidget):
                    "Models with Lambda layers store Python code that runs when the model is "
                    "loaded. Such code can do anything your user account can (delete files, "
                    "send data). Tick this only for files you made or trust.")
-        self._add(form, "", "allow_unsafe_code", [self.allow_code])
+        self._build_weights()
+        # One row for both: a model file may run code, a built-in starts from weights; the
+        # form shows the one that applies, and the row keeps its height when they swap.
+        self._add(form, "", "allow_unsafe_code", [self.allow_code, self.weights_box])
+        self._fields["pretrained"] = FieldCell((self.pretrained_combo,),
+                                               (self.pretrained_combo.toolTip(),))
+        self.allow_code.setMinimumHeight(self.weights_box.sizeHint().height())
+
+    def _build_weights(self) -> None:
+        self.pretrained_combo = QComboBox()
+        self.pretrained_combo.setEditable(True)
+        self.pretrained_combo.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
+        self.pretrained_combo.addItems([IMAGENET, NO_WEIGHTS])
+        self.pretrained_combo.setMinimumContentsLength(8)
+        self.pretrained_combo.setSizeAdjustPolicy(
+            QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.pretrained_combo.lineEdit().setPlaceholderText("imagenet, none or a weights file")
+        self._name(self.pretrained_combo, "Pretrained weights",
+                   "The built-in architecture's starting weights: imagenet (downloaded by "
+                   "Keras on first use, then kept in its cache), none (train from scratch), "
+                   "or the path of a weights file (.h5, .keras) of the architecture without "
+                   "its top.")
+        self.pretrained_combo.lineEdit().setAccessibleName("Pretrained weights")
+        self.pretrained_combo.lineEdit().setToolTip(self.pretrained_combo.toolTip())
+        label = QLabel("Pretrained")
+        label.setBuddy(self.pretrained_combo)
+        self.weights_box = QWidget()
+        self.weights_box.setLayout(row([label, self.pretrained_combo]))
+        self.weights_box.hide()
 
     def _build_data(self, form: QFormLayout) -> None:
         self.data_kind = QComboBox()

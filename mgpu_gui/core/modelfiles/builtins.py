@@ -1,0 +1,129 @@
+"""The built-in architectures a run can train without a model file (no TensorFlow here).
+
+Each is built by `mgpu_gui.engine.builtins` for the data's input size and class
+count: the Keras Applications backbone without its top, global average
+pooling and a softmax Dense head. The architecture's own preprocessing sits
+inside the model, so it takes raw 0-255 pixels and the pipeline does not
+rescale (`RunConfig.input_rescale`).
+
+The ImageNet weights' file names and URLs are Keras 3's (keras.src.applications);
+a test checks them against the download Keras attempts. Parameter counts are
+for a 10-class head on 224x224 inputs, measured once (they do not depend on the
+input size: every backbone ends in global pooling).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+IMAGENET, NO_WEIGHTS = "imagenet", "none"
+WEIGHTS_SUFFIXES = (".h5", ".hdf5", ".keras")
+MIN_SIZE = 32  # every backbone here refuses smaller inputs (Keras' obtain_input_shape)
+_KERAS_URL = "https://storage.googleapis.com/tensorflow/keras-applications/"
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """One built-in: what `mgpu-train models` lists and what the engine builds."""
+
+    name: str
+    family: str
+    params_10_classes: int  # parameters with a 10-class head (any input size)
+    default_size: int  # the input size its ImageNet weights were trained at
+    preprocessing: str  # what the model does to the 0-255 pixels it takes
+    weights_file: str | None = None  # the ImageNet (no-top) weights in Keras' cache
+    weights_folder: str = ""  # the URL's folder under Keras' storage bucket
+
+    @property
+    def has_imagenet(self) -> bool:
+        return self.weights_file is not None
+
+    @property
+    def weights_url(self) -> str:
+        return f"{_KERAS_URL}{self.weights_folder}/{self.weights_file}"
+
+    @property
+    def default_pretrained(self) -> str:
+        return IMAGENET if self.has_imagenet else NO_WEIGHTS
+
+
+ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in (
+    Architecture("small_convnet", "ConvNet (this app's)", 289_642, 64, "x / 255"),
+    Architecture("mobilenet_v3_small", "MobileNetV3", 944_890, 224, "x / 127.5 - 1 (Keras')",
+                 "weights_mobilenet_v3_small_224_1.0_float_no_top_v2.h5", "mobilenet_v3"),
+    Architecture("mobilenet_v3_large", "MobileNetV3", 3_005_962, 224, "x / 127.5 - 1 (Keras')",
+                 "weights_mobilenet_v3_large_224_1.0_float_no_top_v2.h5", "mobilenet_v3"),
+    Architecture("efficientnet_v2_b0", "EfficientNetV2", 5_932_122, 224,
+                 "x / 255, ImageNet mean and variance (Keras')", "efficientnetv2-b0_notop.h5",
+                 "efficientnet_v2"),
+    Architecture("resnet50_v2", "ResNetV2", 23_585_290, 224, "x / 127.5 - 1 (this app's layer)",
+                 "resnet50v2_weights_tf_dim_ordering_tf_kernels_notop.h5", "resnet"),
+    Architecture("convnext_tiny", "ConvNeXt", 27_827_818, 224,
+                 "x / 255, ImageNet mean and variance (Keras')", "convnext_tiny_notop.h5",
+                 "convnext"),
+)}
+
+
+def architecture(model: str) -> Architecture | None:
+    """The built-in named `model`; None for a model file (or 'demo')."""
+    return ARCHITECTURES.get(model)
+
+
+def keras_cache_dir() -> Path:
+    """Where Keras keeps downloaded weights: `$KERAS_HOME/models`, else `~/.keras/models`.
+
+    The same choice as Keras 3 (backend.config and utils.file_utils.get_file): a home
+    folder that cannot be written falls back to /tmp/.keras, and so does a Keras
+    folder that cannot be.
+    """
+    if "KERAS_HOME" in os.environ:
+        base = os.environ["KERAS_HOME"]
+    else:
+        home = os.path.expanduser("~")
+        base = os.path.join(home if os.access(home, os.W_OK) else "/tmp", ".keras")
+    base = os.path.expanduser(base)
+    if not os.access(base, os.W_OK):
+        base = "/tmp/.keras"
+    return Path(base) / "models"
+
+
+def cached_weights(arch: Architecture) -> Path | None:
+    """The ImageNet weights file of `arch` in Keras' cache, when it is there."""
+    if arch.weights_file is None:
+        return None
+    path = keras_cache_dir() / arch.weights_file
+    return path if path.is_file() else None
+
+
+def pretrained_problem(arch: Architecture, pretrained: str | None) -> str | None:
+    """What is wrong with `pretrained` for `arch` (None: fine; None as a choice means the
+    architecture's default)."""
+    if pretrained is None or pretrained == NO_WEIGHTS:
+        return None
+    if pretrained == IMAGENET:
+        return None if arch.has_imagenet else (
+            f"{arch.name} has no ImageNet weights; use 'none' (train from scratch)")
+    path = Path(os.path.expanduser(pretrained))
+    if not path.is_file():
+        return (f"weights file not found: {path}; give 'imagenet', 'none' or a weights "
+                f"file ({', '.join(WEIGHTS_SUFFIXES)})")
+    if not path.name.lower().endswith(WEIGHTS_SUFFIXES):
+        return f"{path.name} is not a Keras weights file; use {', '.join(WEIGHTS_SUFFIXES)}"
+    return None
+
+
+def input_problem(arch: Architecture, shape: tuple[int, ...] | None) -> str | None:
+    """Why inputs of `shape` (no sample axis) cannot feed `arch`; None when they can."""
+    if shape is None:
+        return None
+    if len(shape) != 3 or shape[-1] != 3:
+        got = "x".join(str(d) for d in shape)
+        return (f"{arch.name} takes RGB images (height x width x 3), but the data are {got}; "
+                "use an image folder (its images are decoded to 3 channels) or a model file")
+    if min(shape[0], shape[1]) < MIN_SIZE:
+        return (f"{arch.name} needs images of at least {MIN_SIZE}x{MIN_SIZE}, but the data "
+                f"are {shape[0]}x{shape[1]}; choose a larger image size (e.g. 64x64) for an "
+                "image folder, or a model file")
+    return None
