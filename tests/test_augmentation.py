@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from mgpu_gui.core.augment import Augmentation, AugmentSpecError, parse_augment
 from mgpu_gui.core.config import RunConfig
-from mgpu_gui.core.datasets.augment import Augmentation, AugmentSpecError, parse_augment
 
 
 def test_a_spec_reads_bare_names_at_their_usual_strength_and_says_what_it_does():

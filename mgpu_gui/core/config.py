@@ -15,7 +15,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from mgpu_gui.core.datasets.augment import AugmentSpecError, parse_augment
+from mgpu_gui.core.augment import AugmentSpecError, parse_augment
 from mgpu_gui.core.errors import ConfigError
 from mgpu_gui.core.modelfiles.builtins import architecture, pretrained_problem
 from mgpu_gui.core.plain import to_plain
@@ -107,7 +107,7 @@ class RunConfig:
     jit_compile: bool = False  # XLA; falls back to plain execution when the model cannot compile
     image_size: tuple[int, int] = (64, 64)
     rescale: float = DEFAULT_RESCALE  # not used by a built-in: see `input_rescale`
-    augment: str = ""  # image folders: training images varied at random (datasets.augment)
+    augment: str = ""  # image folders: training images varied at random (core.augment)
     sync_batchnorm: bool = False
     seed: int | None = 42
     output_dir: str = "~/mgpu-runs"

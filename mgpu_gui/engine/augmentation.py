@@ -13,7 +13,7 @@ from collections.abc import Callable
 import keras
 import tensorflow as tf
 
-from mgpu_gui.core.datasets.augment import Augmentation, parse_augment
+from mgpu_gui.core.augment import Augmentation, parse_augment
 
 Finish = Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]
 PIXELS = (0.0, 255.0)

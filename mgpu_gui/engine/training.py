@@ -19,9 +19,9 @@ from pathlib import Path
 import keras
 import tensorflow as tf
 
+from mgpu_gui.core.augment import parse_augment
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.datasets import batching, content
-from mgpu_gui.core.datasets.augment import parse_augment
 from mgpu_gui.core.devices.plan import DevicePlan
 from mgpu_gui.core.errors import ModelError
 from mgpu_gui.core.events import (
