@@ -9,12 +9,21 @@ says how many runs it lets through.
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, QSortFilterProxyModel, Qt, Signal
+from PySide6.QtCore import (
+    QEvent,
+    QModelIndex,
+    QPersistentModelIndex,
+    QSortFilterProxyModel,
+    Qt,
+    Signal,
+)
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
     QLabel,
     QLineEdit,
+    QStyledItemDelegate,
+    QStyleOptionViewItem,
     QTableView,
     QToolButton,
     QWidget,
@@ -23,7 +32,9 @@ from PySide6.QtWidgets import (
 from mgpu_gui.core.runs.search import RunQuery
 from mgpu_gui.gui.widgets.runs_table import PATH_COLUMNS, Column
 
-PATH_CHARS = 12  # names and paths get at least this many average characters
+# Names and paths get at least this many average characters, tags (short words) fewer:
+# at 1280x720 all nine columns then fit the Runs tab.
+FLOOR_CHARS = {Column.NAME: 10, Column.TAGS: 8, Column.MODEL: 9, Column.DATA: 9}
 FIT_ROWS = 50  # rows measured for the column widths besides the visible ones (~0.5 ms a row)
 SEARCH_HELP = ("Show only the runs that match: tag:NAME (has that tag), status:failed (or "
                "completed, stopped, …; several: any of them), name:, model:, data:, note: "
@@ -62,6 +73,15 @@ class RunsSearchBar(QWidget):
         self.matches.setVisible(bool(RunQuery.parse(self.edit.text())) and bool(total))
 
 
+class _ElideRight(QStyledItemDelegate):
+    """Tags read from the start: the first tags whole, not both ends cut as paths are."""
+
+    def initStyleOption(self, option: QStyleOptionViewItem,  # noqa: N802 (Qt's name)
+                        index: QModelIndex | QPersistentModelIndex) -> None:
+        super().initStyleOption(option, index)
+        option.textElideMode = Qt.TextElideMode.ElideRight
+
+
 class RunsTableView(QTableView):
     """Rows of runs, several selectable, sorted newest first until the user sorts."""
 
@@ -88,6 +108,7 @@ class RunsTableView(QTableView):
         header.setResizeContentsPrecision(FIT_ROWS)
         header.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
         self.setContextMenuPolicy(Qt.ContextMenuPolicy.ActionsContextMenu)
+        self.setItemDelegateForColumn(Column.TAGS, _ElideRight(self))
 
     def measure_columns(self, *, changed: bool) -> None:
         """What each column's contents need, when rows changed (measuring is the costly
@@ -108,8 +129,8 @@ class RunsTableView(QTableView):
         header, wanted = self.horizontalHeader(), self._wanted
         if not wanted:
             return
-        floor = self.fontMetrics().averageCharWidth() * PATH_CHARS
-        base = {c: min(wanted[c], floor) for c in PATH_COLUMNS}
+        char = self.fontMetrics().averageCharWidth()
+        base = {c: min(wanted[c], char * FLOOR_CHARS[c]) for c in PATH_COLUMNS}
         room = self.viewport().width() - sum(base.values()) - sum(
             width for c, width in wanted.items() if c not in PATH_COLUMNS)
         more = sum(wanted[c] - base[c] for c in PATH_COLUMNS)
