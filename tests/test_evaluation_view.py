@@ -198,13 +198,15 @@ def test_the_runs_tab_opens_it_for_a_run_with_a_complete_epoch(qtbot, store, tmp
          labels, outputs, pictures(tmp_path, 40))
     panel = RunsPanel(store)
     qtbot.addWidget(panel)
-    panel.refresh()
+    with qtbot.waitSignal(panel.refreshed):  # the history is read in the background
+        panel.refresh()
     panel.select_runs([record.id])
     assert not panel.evaluate_action.isEnabled()  # no complete epoch yet
     assert "at least one complete epoch" in panel.evaluate_action.toolTip()
     store.recorder(record.id).handle(EpochEnd(epoch=0, epochs=1, metrics={"loss": 1.0},
                                              samples_per_s=1.0, duration_s=1.0))
-    panel.refresh()
+    with qtbot.waitSignal(panel.refreshed):
+        panel.refresh()
     panel.select_runs([record.id])
     assert panel.evaluate_action.isEnabled()
     dialog = panel.evaluate()
@@ -254,7 +256,6 @@ def test_a_finished_run_opens_in_the_evaluation_view_when_the_switch_is_on(qtbot
         "model.keras", "digits.npz", Split.TEST, 40, 0.5,
         classifier=classifier_metrics(labels, outputs, NAMES)), labels, outputs,
         pictures(tmp_path, 40))
-    window.runs_panel.refresh()
     window.last_run = RunDir(record.run_dir)
 
     def finish(status: RunStatus, held_out: int) -> list:

@@ -118,9 +118,11 @@ def test_stop_mid_run_then_resume_from_the_runs_tab(qtbot, window):
     window.controller.event.disconnect(stop_in_second_epoch)
     panel = window.runs_panel
     window.show_runs()
-    [record] = panel.records()  # the run started from the GUI is in the table
+    # The run started from the GUI is in the table once the refresh at its end is read.
+    qtbot.waitUntil(lambda: [r.status for r in panel.records()] == [StoreState.STOPPED])
+    [record] = panel.records()
     done = record.epochs_done
-    assert record.status is StoreState.STOPPED and 1 <= done < 4
+    assert 1 <= done < 4
     panel.select_runs([record.id])
     assert panel.resume_action.isEnabled()
 
@@ -147,7 +149,7 @@ def test_stop_mid_run_then_resume_from_the_runs_tab(qtbot, window):
     assert stored.status is StoreState.COMPLETED and stored.epochs_done == stored.epochs == 4
     assert stored.attempts == 2
     assert window.store.epoch_numbers(record.id) == [0, 1, 2, 3]
-    assert panel.records()[0].status is StoreState.COMPLETED
+    qtbot.waitUntil(lambda: panel.records()[0].status is StoreState.COMPLETED)
     assert not panel.resume_action.isEnabled()
     assert "Resuming the run" in window.log.log.toPlainText()
 

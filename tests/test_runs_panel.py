@@ -119,7 +119,8 @@ def panel(qtbot, store):
     widget = RunsPanel(store)
     qtbot.addWidget(widget)
     widget.resize(900, 260)
-    widget.show()
+    with qtbot.waitSignal(widget.refreshed, timeout=5_000):  # the first read, in the background
+        widget.show()
     yield widget
     widget.shutdown()
 
@@ -133,6 +134,12 @@ def window(qtbot):
     return win
 
 
+def refresh(qtbot, panel: RunsPanel) -> None:
+    """The table as the store stands now (the panel reads it in the background)."""
+    with qtbot.waitSignal(panel.refreshed, timeout=5_000):
+        panel.refresh()
+
+
 def cell(panel: RunsPanel, row: int, column: int) -> str:
     return panel.proxy.index(row, column).data()
 
@@ -143,12 +150,12 @@ def test_empty_store_says_what_the_tab_is_for(panel):
     assert not any(a.isEnabled() for a in panel.actions_by_key.values())
 
 
-def test_runs_are_listed_newest_first_in_words(panel, store, tmp_path):
+def test_runs_are_listed_newest_first_in_words(qtbot, panel, store, tmp_path):
     record_run(store, tmp_path, "baseline", start_t=1.7e9)
     record_run(store, tmp_path, "wide", done=2, end=RunStatus.STOPPED, start_t=1.7e9 + 60,
                gpus=2, val_losses=[0.5, 0.25])
     record_run(store, tmp_path, "oom", done=1, end="failed", start_t=1.7e9 + 120)
-    panel.refresh()
+    refresh(qtbot, panel)
     assert panel.stack.currentWidget() is panel.table
     assert [cell(panel, r, Column.NAME) for r in range(3)] == ["oom", "wide", "baseline"]
     assert [cell(panel, r, Column.STATUS) for r in range(3)] == ["Failed", "Stopped",
@@ -162,13 +169,13 @@ def test_runs_are_listed_newest_first_in_words(panel, store, tmp_path):
     assert [cell(panel, r, Column.NAME) for r in range(3)] == ["baseline", "oom", "wide"]
 
 
-def test_refresh_keeps_the_selection_and_updates_rows_in_place(panel, store, tmp_path):
+def test_refresh_keeps_the_selection_and_updates_rows_in_place(qtbot, panel, store, tmp_path):
     first = record_run(store, tmp_path, "a", end=None, done=1)
     record_run(store, tmp_path, "b", start_t=1.7e9 + 5)
-    panel.refresh()
+    refresh(qtbot, panel)
     panel.select_runs([first.id])
     store.set_status(first.id, RunState.STOPPED)
-    panel.refresh()
+    refresh(qtbot, panel)
     assert [r.id for r in panel.selected_records()] == [first.id]
     assert panel.selected_records()[0].status is RunState.STOPPED
 
@@ -178,7 +185,7 @@ def test_show_curves_loads_the_stored_series_into_the_plots(qtbot, window, tmp_p
         record = record_run(store, tmp_path, "past", epochs=3, done=3,
                             val_losses=[0.9, 0.4, 0.6])
     panel = window.runs_panel
-    panel.refresh()
+    refresh(qtbot, panel)
     panel.select_runs([record.id])
     assert panel.show_curves_action.isEnabled()
     with qtbot.waitSignal(panel.show_curves_requested):
@@ -195,7 +202,7 @@ def test_compare_overlays_one_curve_per_run(qtbot, panel, store, tmp_path):
     a = record_run(store, tmp_path, "a", val_losses=[1.0, 0.5, 0.4, 0.3])
     b = record_run(store, tmp_path, "b", done=2, end=RunStatus.STOPPED, start_t=1.7e9 + 9,
                    val_losses=[0.8, 0.2])
-    panel.refresh()
+    refresh(qtbot, panel)
     panel.select_runs([a.id])
     assert not panel.compare_action.isEnabled()
     panel.select_runs([a.id, b.id])
@@ -238,7 +245,7 @@ def test_delete_asks_naming_the_folder_then_removes_folder_and_row(
     doomed = record_run(store, tmp_path, "doomed", start_t=1.7e9 + 1)
     (doomed.run_dir / "checkpoints").mkdir()
     (doomed.run_dir / "checkpoints" / "last.keras").write_bytes(b"x" * 1000)
-    panel.refresh()
+    refresh(qtbot, panel)
     panel.select_runs([doomed.id])
     asked = []
 
@@ -254,7 +261,7 @@ def test_delete_asks_naming_the_folder_then_removes_folder_and_row(
     assert doomed.run_dir.is_dir() and store.get(doomed.id)
 
     monkeypatch.setattr(QMessageBox, "question", answer(QMessageBox.StandardButton.Yes))
-    with qtbot.waitSignal(panel.runs_deleted) as deleted:
+    with qtbot.waitSignal(panel.runs_deleted) as deleted, qtbot.waitSignal(panel.refreshed):
         panel.buttons["delete"].click()
     assert [r.id for r in deleted.args[0]] == [doomed.id]
     assert not doomed.run_dir.exists()
@@ -265,9 +272,9 @@ def test_delete_asks_naming_the_folder_then_removes_folder_and_row(
         keep.run_dir.name]  # the renamed folder is gone too
 
 
-def test_delete_refuses_a_live_run(panel, store, tmp_path, monkeypatch):
+def test_delete_refuses_a_live_run(qtbot, panel, store, tmp_path, monkeypatch):
     record = record_run(store, tmp_path, "live", end=None, done=1)
-    panel.refresh()
+    refresh(qtbot, panel)
     panel.select_runs([record.id])
     monkeypatch.setattr(QMessageBox, "question",
                         lambda *a: pytest.fail("asked to delete a live run"))
@@ -280,11 +287,11 @@ def test_delete_refuses_a_live_run(panel, store, tmp_path, monkeypatch):
     assert record.run_dir.is_dir() and store.get(record.id)
 
 
-def test_reveal_opens_the_run_folder(panel, store, tmp_path):
+def test_reveal_opens_the_run_folder(qtbot, panel, store, tmp_path):
     record = record_run(store, tmp_path, "here")
     opened = []
     panel.open_url = opened.append
-    panel.refresh()
+    refresh(qtbot, panel)
     panel.select_runs([record.id])
     panel.buttons["reveal"].click()
     assert opened == [QUrl.fromLocalFile(str(record.run_dir))]
@@ -295,11 +302,11 @@ def test_resume_is_offered_only_for_resumable_idle_runs(qtbot, panel, store, tmp
     stopped = record_run(store, tmp_path, "stopped", done=2, end=RunStatus.STOPPED)
     gone = record_run(store, tmp_path, "gone", done=2, end=RunStatus.STOPPED)
     gone.run_dir.rename(gone.run_dir.with_name("elsewhere"))
-    panel.refresh()
+    refresh(qtbot, panel)
 
     def resumable(record: RunRecord) -> bool:
         panel.select_runs([record.id])
-        panel.refresh()  # what the timer and run events do: liveness is checked again
+        refresh(qtbot, panel)  # what the timer and run events do: liveness is checked again
         return panel.resume_action.isEnabled()
 
     assert not resumable(completed)
@@ -323,12 +330,12 @@ def test_resume_is_offered_only_for_resumable_idle_runs(qtbot, panel, store, tmp
     assert resumable(stopped)
 
 
-def test_a_run_that_failed_on_its_data_is_not_offered_for_resume(panel, store, tmp_path):
+def test_a_run_that_failed_on_its_data_is_not_offered_for_resume(qtbot, panel, store, tmp_path):
     """A resume would meet the same damaged file: the failure said to start a new run."""
     oom = record_run(store, tmp_path, "oom", done=2, end="failed")
     damaged = record_run(store, tmp_path, "damaged", done=2, end="bad data")
     assert store.get(oom.id).resume_helps and not store.get(damaged.id).resume_helps
-    panel.refresh()
+    refresh(qtbot, panel)
     panel.select_runs([oom.id])
     assert panel.resume_action.isEnabled()
     panel.select_runs([damaged.id])
@@ -352,7 +359,8 @@ def test_interrupted_run_is_found_at_start_and_offered(qtbot, tmp_path, monkeypa
     text = window.resume_offer.message.text()
     assert "overnight" in text and "2 of 5 epochs" in text
     assert window.store.get(record.id).status is RunState.INTERRUPTED
-    assert window.runs_panel.records()[0].status is RunState.INTERRUPTED
+    qtbot.waitUntil(lambda: [r.status for r in window.runs_panel.records()] == [
+        RunState.INTERRUPTED])
     window.resume_offer.runs_button.click()
     assert window.log.currentWidget() is window.runs_panel
     resumed = []
@@ -394,7 +402,7 @@ def test_series_x_has_no_duplicate_epochs_after_show_curves(qtbot, window, tmp_p
                       RunFinished(status=RunStatus.COMPLETED, epochs_done=3, t=2e9 + 30)]:
             recorder.handle(event)
         recorder.flush()
-    window.runs_panel.refresh()
+    refresh(qtbot, window.runs_panel)
     window.show_run_curves(record.id)
     x, _ = window.curves.series("val_loss")
     assert list(x) == [1.0, 2.0, 3.0]
@@ -409,7 +417,7 @@ def test_data_column_tells_runs_apart_and_long_paths_keep_their_ends(
     record_run(store, tmp_path, "demo", start_t=1.7e9)
     record_run(store, tmp_path, "demo", start_t=1.7e9 + 60, data=str(deep), model=str(model),
                gpus=2, done=2, end=RunStatus.EARLY_STOPPED)
-    panel.refresh()
+    refresh(qtbot, panel)
     assert "Data" in COLUMNS
     data_text = cell(panel, 0, Column.DATA)
     assert data_text == "~/" + str(deep.relative_to(tmp_path / "home"))
@@ -425,7 +433,7 @@ def test_data_column_tells_runs_apart_and_long_paths_keep_their_ends(
     assert header.length() <= table.viewport().width()  # the whole row, no sideways scroll
     assert header.sectionSize(Column.STATUS) > metrics.horizontalAdvance("Early stopped")
     store.set_status(store.runs()[1].id, RunState.INTERRUPTED)  # a longer word arrives
-    panel.refresh()
+    refresh(qtbot, panel)
     assert header.sectionSize(Column.STATUS) >= table.sizeHintForColumn(Column.STATUS)
     assert header.sectionSize(Column.STATUS) > metrics.horizontalAdvance("Interrupted")
     panel.resize(4000, 260)  # room enough: the paths whole

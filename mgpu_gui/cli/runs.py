@@ -1,4 +1,9 @@
-"""`mgpu-train runs`: the run history, past and running."""
+"""`mgpu-train runs`: the run history, past and running; a run's note and tags.
+
+`runs` lists (filtered by --tag, --status, --search, in the Runs tab's search
+language, core/runs/search.py); `runs note ID TEXT` and `runs tag ID TAG...`
+annotate one run.
+"""
 
 from __future__ import annotations
 
@@ -10,41 +15,83 @@ import time
 from pathlib import Path
 
 from mgpu_gui.cli.common import add_store_argument, open_store, say_interrupted
-from mgpu_gui.core.runs.store import RunRecord
+from mgpu_gui.core.runs.search import RunQuery
+from mgpu_gui.core.runs.store import RunRecord, RunState, RunStore
+from mgpu_gui.core.runs.tags import split_tags
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("runs", help="list past and running runs")
+    p = sub.add_parser("runs", help="list past and running runs; note and tag them",
+                       description="Without a command: list the runs, newest first.")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--prune", action="store_true",
                    help="first remove the runs whose folders were deleted from the history")
+    p.add_argument("--tag", action="append", default=[], metavar="TAG",
+                   help="only runs with this tag (repeat: with all of them)")
+    p.add_argument("--status", action="append", default=[],
+                   choices=[state.value for state in RunState],
+                   help="only runs in this state (repeat: in any of them)")
+    p.add_argument("--search", default="", metavar="TEXT",
+                   help="only runs whose name, model, data, note or tags contain every word; "
+                        "also takes tag:T status:S name: model: data: note: words")
     add_store_argument(p)
+    actions = p.add_subparsers(dest="runs_command", metavar="{note,tag}")
+    note = actions.add_parser("note", help="set a run's note (\"\" clears it)")
+    note.add_argument("run", metavar="ID", help="run id, name or folder")
+    note.add_argument("text", metavar="TEXT", help="the note; \"\" clears it")
+    tag = actions.add_parser("tag", help="tag a run (--untag: take the tags off)")
+    tag.add_argument("run", metavar="ID", help="run id, name or folder")
+    tag.add_argument("tags", nargs="+", metavar="TAG",
+                     help="one word each (commas separate too)")
+    tag.add_argument("--untag", action="store_true", help="take these tags off the run")
+    for command in (note, tag):
+        add_store_argument(command)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     store = open_store(args)
+    if args.runs_command is not None:
+        return _annotate(store, args)
     say_interrupted(store.reconcile())
     if args.prune:
         for record in store.prune():
             print(f"Removed run {record.id} ({record.name}) from the history: its folder "
                   f"{record.run_dir} was deleted.", file=sys.stderr)
-    records = store.runs()
+    query = RunQuery.parse(args.search).narrowed(tags=args.tag, statuses=args.status)
+    records = [r for r in store.runs() if query.matches(r)]
     if args.json:
         print(json.dumps([_record_json(r) for r in records], indent=2))
+    elif query and not records:
+        print("No run matches; `mgpu-train runs` lists them all.")
     else:
         print(format_runs(records))
+    return 0
+
+
+def _annotate(store: RunStore, args: argparse.Namespace) -> int:
+    run_id = store.resolve(args.run).id
+    if args.runs_command == "note":
+        record = store.set_note(run_id, args.text)
+        print(f"Run {record.id} ({record.name}): " + (
+            "note set." if record.note else "note cleared."))
+    else:
+        record = store.tag(run_id, split_tags(" ".join(args.tags)), untag=args.untag)
+        print(f"Run {record.id} ({record.name}): tags "
+              f"{', '.join(record.tags) if record.tags else 'none'}.")
     return 0
 
 
 def format_runs(records: list[RunRecord]) -> str:
     if not records:
         return "No runs yet: train one with `mgpu-train`."
-    header = ("ID", "STATUS", "STARTED", "MODEL", "DEVICES", "EPOCHS", "BEST", "FOLDER")
+    header = ("ID", "STATUS", "STARTED", "MODEL", "DEVICES", "EPOCHS", "BEST", "TAGS",
+              "FOLDER")
     rows = [header] + [(
         str(r.id), r.status.value.replace("_", " "),
         time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started or r.created)),
         Path(r.model).name, _devices_text(r), f"{r.epochs_done}/{r.epochs}", _best_text(r),
+        ",".join(r.tags) or "-",
         str(r.run_dir) + ("" if r.folder_exists else " (deleted)"),
     ) for r in records]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header) - 1)]

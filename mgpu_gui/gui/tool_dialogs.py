@@ -3,8 +3,8 @@ finder, Train across machines and the evaluation of a model file.
 
 A mixin of `MainWindow`, kept apart so the window module holds the panels and the
 run; it uses the window's `telemetry`, `run_setup`, `gpu_panel`, `controller`,
-`banner` and `log`. One dialog of each kind is open at a time, in the attribute
-named for it (`about_dialog`, ...), None while closed.
+`banner`, `log`, `store` and `runs_panel`. One dialog of each kind is open at a time,
+in the attribute named for it (`about_dialog`, ...), None while closed.
 """
 
 from __future__ import annotations
@@ -150,8 +150,10 @@ class ToolDialogs:
         started = next((e for e in outcome.events if isinstance(e, RunStarted)), None)
         if started is None or not (started.val_samples or started.test_samples):
             return None  # nothing held out to judge the model by
-        folder = self.last_run.path
-        record = next((r for r in self.runs_panel.records() if r.run_dir == folder), None)
+        if self.store is None:
+            return None
+        # One row found by its unique folder: cheap, and newer than the table's rows.
+        record = self.store.find_dir(self.last_run.path)
         return None if record is None else self.runs_panel.evaluate_run(record)
 
     def _current_config(self) -> RunConfig:

@@ -32,9 +32,13 @@ from mgpu_gui.core.events import (
 from mgpu_gui.core.runs.folder import RunDir
 from mgpu_gui.core.runs.lock import is_live
 from mgpu_gui.core.runs.storedb import StoreDatabase, retry
+from mgpu_gui.core.runs.tags import check_tags
 
 FLUSH_ROWS = 2_000
 FLUSH_INTERVAL_S = 0.5
+# Every run read comes with its tags, as a JSON array (any text a tag holds survives).
+_RUNS = ("SELECT runs.*, (SELECT json_group_array(tag) FROM tags WHERE tags.run_id = runs.id) "
+         "AS tag_list FROM runs")
 
 
 class RunState(StrEnum):
@@ -76,6 +80,8 @@ class RunRecord:
     test_metrics: dict[str, float] | None
     attempts: int
     resume_helps: bool = True  # False: it failed for a reason a resume meets again
+    note: str = ""  # the user's, free text
+    tags: tuple[str, ...] = ()  # the user's, one word each, sorted
 
     @property
     def folder_exists(self) -> bool:
@@ -125,17 +131,21 @@ class RunStore:
         return int(retry(insert))
 
     def runs(self) -> list[RunRecord]:
-        rows = self._db.execute("SELECT * FROM runs ORDER BY created DESC, id DESC").fetchall()
+        rows = self._db.execute(f"{_RUNS} ORDER BY created DESC, id DESC").fetchall()
         return [_record(row) for row in rows]
 
     def get(self, run_id: int) -> RunRecord:
-        row = self._db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+        row = self._db.execute(f"{_RUNS} WHERE id = ?", (run_id,)).fetchone()
         if row is None:
-            raise UserError(f"There is no run {run_id} in the run store {self.path}.")
+            raise self._no_run(run_id)
         return _record(row)
 
+    def _no_run(self, run_id: int) -> UserError:
+        return UserError(f"There is no run {run_id} in the run store {self.path}; "
+                         f"`mgpu-train runs` lists the runs and their ids.")
+
     def find_dir(self, folder: Path) -> RunRecord | None:
-        row = self._db.execute("SELECT * FROM runs WHERE run_dir = ?",
+        row = self._db.execute(f"{_RUNS} WHERE run_dir = ?",
                                (str(folder.absolute()),)).fetchone()
         return _record(row) if row is not None else None
 
@@ -153,7 +163,7 @@ class RunStore:
             return record
         # Folders are named "<date>-<time>-<name>": the name the user gave is enough.
         rows = self._db.execute(
-            "SELECT * FROM runs WHERE name = ? OR json_extract(config, '$.run_name') = ? "
+            f"{_RUNS} WHERE name = ? OR json_extract(config, '$.run_name') = ? "
             "ORDER BY id", (ref, ref)).fetchall()
         matches = [_record(row) for row in rows]
         if len(matches) == 1:
@@ -182,6 +192,36 @@ class RunStore:
                            (RunState.RUNNING.value, run_id))
 
         retry(update)
+
+    # -- notes and tags: the user's, each change one short transaction on one run ---------
+
+    def set_note(self, run_id: int, note: str) -> RunRecord:
+        """The run's note; '' clears it."""
+        return self._annotate(run_id, [("UPDATE runs SET note = ? WHERE id = ?",
+                                        (note.strip(), run_id))])
+
+    def tag(self, run_id: int, tags: list[str], *, untag: bool = False) -> RunRecord:
+        """Add tags to the run (untag: take them off; tags it lacks are no error)."""
+        sql = ("DELETE FROM tags WHERE run_id = ? AND tag = ?" if untag else
+               "INSERT OR IGNORE INTO tags (run_id, tag) VALUES (?, ?)")
+        return self._annotate(run_id, [(sql, (run_id, tag)) for tag in check_tags(tags)])
+
+    def set_tags(self, run_id: int, tags: list[str]) -> RunRecord:
+        """The run's tags are these, no others."""
+        return self._annotate(run_id, [("DELETE FROM tags WHERE run_id = ?", (run_id,))] + [
+            ("INSERT INTO tags (run_id, tag) VALUES (?, ?)", (run_id, tag))
+            for tag in check_tags(tags)])
+
+    def _annotate(self, run_id: int, statements: list[tuple[str, tuple]]) -> RunRecord:
+        def write() -> None:
+            with self._database.write() as db:
+                if db.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is None:
+                    raise self._no_run(run_id)  # deleted meanwhile, or a mistyped id
+                for sql, params in statements:
+                    db.execute(sql, params)
+
+        retry(write)
+        return self.get(run_id)
 
     def save_evaluation(self, run_id: int, result: EvaluationResult) -> None:
         """Keep a run's evaluation; it replaces the earlier one of the same split."""
@@ -430,5 +470,6 @@ def _record(row: sqlite3.Row) -> RunRecord:
         ended=row["ended"], best_metric=row["best_metric"], best_value=row["best_value"],
         best_epoch=row["best_epoch"],
         test_metrics=json.loads(row["test_metrics"]) if row["test_metrics"] else None,
-        attempts=row["attempts"], resume_helps=bool(row["resume_helps"]),
+        attempts=row["attempts"], resume_helps=bool(row["resume_helps"]), note=row["note"],
+        tags=tuple(sorted(json.loads(row["tag_list"]))),
     )

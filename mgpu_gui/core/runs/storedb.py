@@ -105,6 +105,15 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (run_id, split)
     ) WITHOUT ROWID;
     """,
+    # v5: the user's note on each run, and its tags (many per run).
+    """
+    ALTER TABLE runs ADD COLUMN note TEXT NOT NULL DEFAULT '';
+    CREATE TABLE tags (
+        run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        tag TEXT NOT NULL,
+        PRIMARY KEY (run_id, tag)
+    ) WITHOUT ROWID;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -1,15 +1,16 @@
 """The Runs tab: the run history from the store, and what can be done with past runs.
 
 The table lists every run the store knows (newest first): its state, when it
-started, its name, model, data, devices, epochs and best epoch. Columns fit their
-contents; names and paths share the width the other columns leave, so the whole
-row fits where it can, and are elided in the middle when it is short (the file
-name stays), with the whole text in their tooltips. For the selected
-runs it offers: show one run's curves, compare several, resume one that was
-stopped, failed or interrupted, reveal its folder, delete runs (folder and row).
-Showing curves and resuming are the main window's to do: the panel asks by
-signal. Reads are one short SELECT, so the table refreshes on run events and,
-while it is visible, on a slow timer (runs started from a terminal show up).
+started, its name, tags, model, data, devices, epochs and best epoch (the table
+view fits the columns: widgets/runs_view.py). A search box above narrows it by
+tag, state and text (core/runs/search.py). For the selected runs it offers:
+show one run's curves, compare several, evaluate one, edit its note and tags,
+resume one that was stopped, failed or interrupted, reveal its folder, delete
+runs (folder and row). Showing curves and resuming are the main window's to do:
+the panel asks by signal. The history is read in a thread of its own (it grows
+with every run: never on the GUI thread), on run events and, while the tab is
+visible, on a slow timer (runs started from a terminal show up); `refreshed`
+says when the rows are in.
 """
 
 from __future__ import annotations
@@ -22,11 +23,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from PySide6.QtCore import (
-    QEvent,
     QItemSelection,
     QItemSelectionModel,
-    QObject,
-    QSortFilterProxyModel,
     Qt,
     QTimer,
     QUrl,
@@ -40,35 +38,34 @@ from PySide6.QtGui import (
     QShowEvent,
 )
 from PySide6.QtWidgets import (
-    QAbstractItemView,
     QHBoxLayout,
     QLabel,
     QMessageBox,
     QSizePolicy,
     QStackedWidget,
-    QTableView,
     QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
+from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.runs.lock import is_live
+from mgpu_gui.core.runs.search import RunQuery
 from mgpu_gui.core.runs.store import RunRecord, RunState, RunStore
 from mgpu_gui.gui.dialogs.evaluation import EvaluationDialog, Subject
 from mgpu_gui.gui.dialogs.run_compare import ComparedRun, RunCompareDialog
+from mgpu_gui.gui.dialogs.run_notes import RunNotesDialog, known_tags
+from mgpu_gui.gui.jobs.runs_reader import RunsReader
 from mgpu_gui.gui.widgets.focus import return_focus_on_close
 from mgpu_gui.gui.widgets.runs_table import (
     COLUMNS,
     ID_ROLE,
-    PATH_COLUMNS,
-    SORT_ROLE,
-    Column,
+    RunsFilter,
     RunsTableModel,
     short_name,
 )
+from mgpu_gui.gui.widgets.runs_view import RunsSearchBar, RunsTableView
 
-PATH_CHARS = 12  # names and paths get at least this many average characters
-FIT_ROWS = 50  # rows measured for the column widths besides the visible ones (~0.5 ms a row)
 REFRESH_MS = 5_000  # while visible: runs started elsewhere (the CLI) appear
 DELETE_JOIN_S = 10.0  # on shutdown, how long unfinished folder deletions may hold the exit
 
@@ -91,17 +88,12 @@ class RunsPanel(QWidget):
         self.open_url: Callable[[QUrl], object] = QDesktopServices.openUrl
         self._run_active = False
         self._deletions: list[threading.Thread] = []
-        self._dialogs: list[RunCompareDialog] = []
+        self._dialogs: list[QWidget] = []
         self._shut_down = False
-        self._wanted: dict[Column, int] = {}  # each column's contents, measured on changes
-        self._widths: dict[Column, int] = {}  # as last fitted; a user's drag stands till then
 
         self.model = RunsTableModel(self)
-        self.proxy = QSortFilterProxyModel(self)
-        self.proxy.setSourceModel(self.model)
-        self.proxy.setSortRole(SORT_ROLE)
-        self.table = self._build_table()
-        self.table.viewport().installEventFilter(self)  # its width: refit the columns
+        self.proxy = RunsFilter(self.model, self)
+        self.table = RunsTableView(self.proxy)
         self.empty_label = QLabel(wordWrap=True)
         self.empty_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.empty_label.setAccessibleName("No runs")
@@ -115,6 +107,13 @@ class RunsPanel(QWidget):
         self.stack = QStackedWidget()
         self.stack.addWidget(self.empty_label)
         self.stack.addWidget(self.table)
+        if store is None:
+            self.stack.setCurrentWidget(self.empty_label)
+        else:  # until the first read: no "No runs yet" flashing over a full history
+            self.stack.setCurrentWidget(self.table)
+        self.search_bar = RunsSearchBar()
+        self.search_bar.query_changed.connect(self._search_changed)
+        self.search_bar.hide()  # until there are runs to search
         self.message = QLabel(wordWrap=True)
         self.message.setAccessibleName("Runs message")
         self.message.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -133,46 +132,38 @@ class RunsPanel(QWidget):
             buttons.addWidget(button)
             self.buttons[key] = button
         buttons.addStretch(1)
+        table = QVBoxLayout()
+        table.setSpacing(2)
+        table.addWidget(self.search_bar)
+        table.addWidget(self.stack, 1)
         body = QHBoxLayout()
         body.setContentsMargins(0, 0, 0, 0)
-        body.addWidget(self.stack, 1)
+        body.addLayout(table, 1)
         body.addLayout(buttons)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(2, 2, 2, 2)
         layout.addWidget(self.message)
         layout.addLayout(body, 1)
+        find = QAction(self)
+        find.setShortcut(QKeySequence.StandardKey.Find)
+        find.setShortcutContext(Qt.ShortcutContext.WidgetWithChildrenShortcut)
+        find.triggered.connect(lambda _=False: self.search_bar.edit.setFocus())
+        self.addAction(find)
+
+        self.reader = None if store is None else RunsReader(store.path, self)
+        if self.reader is not None:
+            self.reader.records.connect(self._show_records)
+            self.reader.failed.connect(self.show_message)
 
         self._timer = QTimer(self)
         self._timer.setInterval(REFRESH_MS)
         self._timer.timeout.connect(self.refresh)
         self.table.selectionModel().selectionChanged.connect(self._update_actions)
         self.table.doubleClicked.connect(lambda _: self.show_curves())
+        self._update_actions()  # nothing selected yet: each says what it needs
         self.refresh()
 
     # -- construction ------------------------------------------------------------------
-
-    def _build_table(self) -> QTableView:
-        table = QTableView()
-        table.setAccessibleName("Run history")
-        table.setToolTip("Past and running runs; select one or more (Ctrl/Shift-click)")
-        table.setModel(self.proxy)
-        table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        table.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
-        table.setSortingEnabled(True)
-        table.sortByColumn(Column.STARTED, Qt.SortOrder.DescendingOrder)
-        table.setAlternatingRowColors(True)
-        table.setWordWrap(False)
-        table.setTextElideMode(Qt.TextElideMode.ElideMiddle)  # a path keeps its file name
-        table.setShowGrid(False)
-        table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        table.verticalHeader().hide()
-        table.verticalHeader().setDefaultSectionSize(table.fontMetrics().height() + 8)
-        header = table.horizontalHeader()
-        header.setHighlightSections(False)
-        header.setResizeContentsPrecision(FIT_ROWS)
-        header.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
-        table.setContextMenuPolicy(Qt.ContextMenuPolicy.ActionsContextMenu)
-        return table
 
     def _build_actions(self) -> None:
         def action(text: str, tip: str, slot, shortcut=None) -> QAction:
@@ -197,6 +188,9 @@ class RunsPanel(QWidget):
             "Evaluate…", "How good the selected run's model is: per-class figures, the "
             "confusion matrix and the samples of each cell, on its test (else validation) "
             "samples", self.evaluate)
+        self.notes_action = action(
+            "Note and tags…", "Write a note on the selected run and tag it; search the "
+            "runs by tag and note above the table", self.edit_notes)
         self.resume_action = action(
             "Resume", "Continue the selected run from its last complete epoch, up to the "
             "epochs it asked for", self.request_resume)
@@ -207,7 +201,7 @@ class RunsPanel(QWidget):
             "Delete…", "Delete the selected runs: their folders and history (asks first)",
             self.delete_selected, QKeySequence.StandardKey.Delete)
         self.actions_by_key = {"show": self.show_curves_action, "compare": self.compare_action,
-                               "evaluate": self.evaluate_action,
+                               "evaluate": self.evaluate_action, "notes": self.notes_action,
                                "resume": self.resume_action, "reveal": self.reveal_action,
                                "delete": self.delete_action}
 
@@ -220,19 +214,26 @@ class RunsPanel(QWidget):
             self._update_actions()
 
     def refresh(self) -> None:
-        if self.store is None or self._shut_down:
+        """Read the history again, in the background; `refreshed` comes with the rows."""
+        if self.reader is None or self._shut_down:
             self._update_actions()
             return
-        try:
-            records = self.store.runs()
-        except Exception as error:  # a broken or locked store must not break the window
-            self.show_message(f"Could not read the run history: {error}")
-            return
-        if self.model.set_records(records) or not self._wanted:
-            self._measure_columns()
+        self.reader.request()
+
+    def _show_records(self, records: list[RunRecord]) -> None:
+        self.table.measure_columns(changed=self.model.set_records(records))
         self.stack.setCurrentWidget(self.table if records else self.empty_label)
+        self._show_matches()
         self._update_actions()
         self.refreshed.emit(records)
+
+    def _search_changed(self, query: RunQuery) -> None:
+        self.proxy.set_query(query)
+        self._show_matches()
+        self._update_actions()  # rows hidden by the search are no longer selected
+
+    def _show_matches(self) -> None:
+        self.search_bar.show_counts(self.proxy.rowCount(), len(self.model.records))
 
     def show_message(self, text: str) -> None:
         self.message.setText(text)
@@ -242,6 +243,8 @@ class RunsPanel(QWidget):
         """For the window's close: stop the timer, close comparisons, finish deletions."""
         self._shut_down = True
         self._timer.stop()
+        if self.reader is not None:
+            self.reader.stop()
         for dialog in list(self._dialogs):
             dialog.close()
         self.wait_for_deletions(DELETE_JOIN_S)
@@ -312,6 +315,31 @@ class RunsPanel(QWidget):
         return_focus_on_close(dialog)
         dialog.show()
         return dialog
+
+    def edit_notes(self) -> RunNotesDialog | None:
+        """The selected run's note and tags, in a dialog; saved when the user says so."""
+        selected = self.selected_records()
+        if len(selected) != 1 or self.store is None:
+            return None
+        dialog = RunNotesDialog(selected[0], known_tags(self.model.records), self)
+        dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        dialog.accepted.connect(lambda: self._save_notes(dialog))
+        self._dialogs.append(dialog)
+        dialog.destroyed.connect(lambda _=None, d=dialog: self._forget_dialog(d))
+        return_focus_on_close(dialog)
+        dialog.open()
+        return dialog
+
+    def _save_notes(self, dialog: RunNotesDialog) -> None:
+        # Two one-row writes on the GUI thread: small, and the user just asked for them;
+        # only the reads, which grow with the history, go to the reader's thread.
+        assert self.store is not None
+        try:
+            self.store.set_note(dialog.record.id, dialog.note_text())
+            self.store.set_tags(dialog.record.id, dialog.tag_list())
+        except UserError as error:  # deleted meanwhile (another window, the CLI)
+            self.show_message(str(error))
+        self.refresh()
 
     def request_resume(self) -> None:
         selected = self.selected_records()
@@ -384,7 +412,7 @@ class RunsPanel(QWidget):
         thread.start()
         self._deletions = [t for t in self._deletions if t.is_alive()] + [thread]
 
-    def _forget_dialog(self, dialog: RunCompareDialog) -> None:
+    def _forget_dialog(self, dialog: QWidget) -> None:
         with contextlib.suppress(ValueError):
             self._dialogs.remove(dialog)
 
@@ -424,6 +452,7 @@ class RunsPanel(QWidget):
             "compare": (len(selected) >= 2, "Select two or more runs to compare"),
             "evaluate": (one and selected[0].folder_exists and selected[0].epochs_done > 0,
                          "Select one run, with its folder and at least one complete epoch"),
+            "notes": (one, "Select one run"),
             "resume": (resume_blocker is None, resume_blocker or ""),
             "reveal": (one and selected[0].folder_exists,
                        "Select one run whose folder exists"),
@@ -433,41 +462,6 @@ class RunsPanel(QWidget):
             action = self.actions_by_key[key]
             action.setEnabled(enabled)
             action.setToolTip(action.data() if enabled else f"{action.data()}. ({reason}.)")
-
-    def _measure_columns(self) -> None:
-        """What each column's contents need, when rows changed (measuring is the costly
-        part: the model is asked for every role of every measured cell)."""
-        header = self.table.horizontalHeader()
-        self._wanted = {c: max(self.table.sizeHintForColumn(c), header.sectionSizeHint(c))
-                        for c in Column}
-        self._fit_columns()
-
-    def _fit_columns(self) -> None:
-        """Every column as wide as its contents ("Completed", "2 CPU replicas" whole, as
-        rows change); names and paths share what the others leave in proportion to
-        their lengths, down to a floor, elided in the middle below their contents. Past
-        the floors the table scrolls sideways. Sections are set only when the fitted
-        widths change, so a user's drag stands until then."""
-        table, header, wanted = self.table, self.table.horizontalHeader(), self._wanted
-        if not wanted:
-            return
-        floor = table.fontMetrics().averageCharWidth() * PATH_CHARS
-        base = {c: min(wanted[c], floor) for c in PATH_COLUMNS}
-        room = table.viewport().width() - sum(base.values()) - sum(
-            width for c, width in wanted.items() if c not in PATH_COLUMNS)
-        more = sum(wanted[c] - base[c] for c in PATH_COLUMNS)
-        scale = min(1.0, max(room, 0) / more) if more else 0.0
-        widths = wanted | {c: base[c] + int((wanted[c] - base[c]) * scale)
-                           for c in PATH_COLUMNS}
-        if widths != self._widths:
-            self._widths = widths
-            for column, width in widths.items():
-                header.resizeSection(column, width)
-
-    def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt's name)
-        if watched is self.table.viewport() and event.type() == QEvent.Type.Resize:
-            self._fit_columns()
-        return super().eventFilter(watched, event)
 
     # -- visibility ------------------------------------------------------------------------
 

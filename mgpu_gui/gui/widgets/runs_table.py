@@ -4,7 +4,9 @@ Status has a label and a colour (a coloured dot, so it does not rest on colour
 alone); sorting uses raw values (times, fractions), not the displayed text.
 Model and data are shown as paths (home as ~), so two runs of "model.keras" on
 different data tell apart; the view elides them in the middle, keeping the file
-name, and their tooltips hold the whole path.
+name, and their tooltips hold the whole path. A run's tags have a column; its
+note, free text of any length, is in the tooltips of its name and tags.
+`RunsFilter` keeps the rows a search (core/runs/search.py) matches.
 """
 
 from __future__ import annotations
@@ -14,10 +16,18 @@ import time
 from enum import IntEnum
 from pathlib import Path
 
-from PySide6.QtCore import QAbstractTableModel, QModelIndex, QObject, QPersistentModelIndex, Qt
+from PySide6.QtCore import (
+    QAbstractTableModel,
+    QModelIndex,
+    QObject,
+    QPersistentModelIndex,
+    QSortFilterProxyModel,
+    Qt,
+)
 from PySide6.QtGui import QBrush, QColor, QGuiApplication, QIcon, QPainter, QPalette, QPixmap
 
 from mgpu_gui.core.config import DEMO
+from mgpu_gui.core.runs.search import RunQuery
 from mgpu_gui.core.runs.store import RunRecord, RunState
 from mgpu_gui.gui.theme import on_background
 
@@ -35,15 +45,17 @@ class Column(IntEnum):
     STATUS = 0
     STARTED = 1
     NAME = 2
-    MODEL = 3
-    DATA = 4
-    DEVICES = 5
-    EPOCHS = 6
-    BEST = 7
+    TAGS = 3
+    MODEL = 4
+    DATA = 5
+    DEVICES = 6
+    EPOCHS = 7
+    BEST = 8
 
 
 COLUMNS = tuple(column.name.capitalize() for column in Column)
-PATH_COLUMNS = (Column.NAME, Column.MODEL, Column.DATA)  # elided in the middle, whole in tips
+# They share the width the others leave, elided in the middle, whole in their tooltips.
+PATH_COLUMNS = (Column.NAME, Column.TAGS, Column.MODEL, Column.DATA)
 SORT_ROLE = Qt.ItemDataRole.UserRole
 ID_ROLE = Qt.ItemDataRole.UserRole + 1
 _STAMP = re.compile(r"^\d{8}-\d{6}-")  # run folders are "<date>-<time>-<name>"
@@ -208,6 +220,8 @@ class RunsTableModel(QAbstractTableModel):
             return path_text(record.model, "demo")
         if column == Column.DATA:
             return path_text(record.data, "Digits (demo)")
+        if column == Column.TAGS:
+            return ", ".join(record.tags)
         if column == Column.DEVICES:
             return devices_text(record)
         if column == Column.EPOCHS:
@@ -246,4 +260,35 @@ class RunsTableModel(QAbstractTableModel):
                                               for k, v in record.test_metrics.items()))
         if record.message and column in (Column.STATUS, Column.NAME):
             lines.append(record.message)
+        if column in (Column.NAME, Column.TAGS):
+            if record.tags:
+                lines.append("Tags: " + ", ".join(record.tags))
+            if record.note:
+                lines += ["", record.note]
         return "\n".join(lines)
+
+
+class RunsFilter(QSortFilterProxyModel):
+    """The table's sorting, and its rows narrowed to the runs a search matches."""
+
+    def __init__(self, model: RunsTableModel, parent: QObject | None = None):
+        super().__init__(parent)
+        self.setSourceModel(model)
+        self.setSortRole(SORT_ROLE)
+        self.runs = model
+        self.query = RunQuery()
+
+    def set_query(self, query: RunQuery) -> None:
+        if query == self.query:
+            return
+        if hasattr(self, "endFilterChange"):  # Qt 6.10; it deprecates invalidateRowsFilter
+            self.beginFilterChange()
+            self.query = query
+            self.endFilterChange(QSortFilterProxyModel.Direction.Rows)
+        else:  # Qt 6.8 and 6.9, which the app supports too
+            self.query = query
+            self.invalidateRowsFilter()
+
+    def filterAcceptsRow(self, source_row: int,  # noqa: N802 (Qt's name)
+                         source_parent: QModelIndex | QPersistentModelIndex) -> bool:
+        return self.query.matches(self.runs.records[source_row])

@@ -1,0 +1,79 @@
+"""The run history read off the GUI thread: the Runs tab's query grows with the history.
+
+A thread of its own holds its own store connection (`RunStore` is one
+connection per thread) and reads every run when asked. Asking again while a
+read is under way folds into one more read after it, and a read that began
+before the latest request is not delivered: whoever asks gets rows at least as
+new as their request.
+
+It is a plain daemon thread, as the telemetry poller is, with a private queued
+signal to the GUI thread and a guard that drops what was queued before
+`stop()`: a QThread destroyed while running aborts the whole process (a window
+torn down without its shutdown, a failing test), a plain thread cannot.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Qt, Signal
+
+from mgpu_gui.core.runs.store import RunStore
+
+
+class RunsReader(QObject):
+    """Reads the store's runs in a thread of its own; `records` arrive on the GUI thread."""
+
+    records = Signal(list)  # list[RunRecord], newest first
+    failed = Signal(str)  # what went wrong, in words
+    _read = Signal(int, object)  # from the thread: (request number, records or message)
+
+    def __init__(self, path: Path, parent: QObject | None = None):
+        super().__init__(parent)
+        self.path = path
+        self._asked = 0  # requests so far; only the GUI thread writes it
+        self._stopped = False
+        self._wake = threading.Event()
+        self._read.connect(self._deliver, Qt.ConnectionType.QueuedConnection)
+        self._thread = threading.Thread(target=self._loop, name="runs-reader", daemon=True)
+        self._thread.start()
+
+    def request(self) -> None:
+        if not self._stopped:
+            self._asked += 1
+            self._wake.set()
+
+    def stop(self) -> None:
+        """End the thread (after the read under way, milliseconds); nothing is delivered
+        after this."""
+        self._stopped = True
+        self._wake.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        store: RunStore | None = None
+        try:
+            while True:
+                self._wake.wait()
+                self._wake.clear()
+                if self._stopped:
+                    return
+                asked = self._asked
+                try:
+                    store = store or RunStore(self.path)
+                    result: list | str = store.runs()
+                except Exception as error:  # a broken or locked store must not break the app
+                    result = f"Could not read the run history: {error}"
+                self._read.emit(asked, result)
+        finally:
+            if store is not None:
+                store.close()
+
+    def _deliver(self, asked: int, result: list | str) -> None:
+        if self._stopped or asked != self._asked:  # queued before stop(), or asked again
+            return
+        if isinstance(result, str):
+            self.failed.emit(result)
+        else:
+            self.records.emit(result)

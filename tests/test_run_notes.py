@@ -1,0 +1,141 @@
+"""Notes and tags on runs: the store, the search language, and `mgpu-train runs`.
+
+The Runs tab's side (the edit dialog, the search box) is in test_runs_panel_notes.py.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mgpu_gui.cli import main as cli
+from mgpu_gui.core.errors import UserError
+from mgpu_gui.core.runs.search import RunQuery
+from mgpu_gui.core.runs.store import RunRecord, RunState, RunStore
+from mgpu_gui.core.runs.tags import check_tags, split_tags
+
+FILES = Path(__file__).parent / "store_files"
+
+
+@pytest.fixture
+def store(tmp_path) -> RunStore:
+    """The committed v4 store (runs 'digits', completed, and 'bad', failed), migrated."""
+    path = tmp_path / "runs.sqlite3"
+    shutil.copy(FILES / "runs-v4.sqlite3", path)
+    with RunStore(path) as opened:
+        yield opened
+
+
+def ids(store: RunStore) -> dict[str, int]:
+    return {r.name: r.id for r in store.runs()}
+
+
+def test_tags_and_notes_are_kept_changed_and_go_with_their_run(store):
+    digits, bad = ids(store)["digits"], ids(store)["bad"]
+    assert store.tag(digits, ["lr-sweep", "baseline", "baseline"]).tags == ("baseline",
+                                                                            "lr-sweep")
+    assert store.tag(digits, ["lr-sweep", "never-had"], untag=True).tags == ("baseline",)
+    assert store.set_tags(bad, ["data", "broken"]).tags == ("broken", "data")
+    assert store.set_note(bad, "  b/3.png is truncated\nre-export it  ").note == (
+        "b/3.png is truncated\nre-export it")
+    assert store.set_note(bad, "").note == ""
+    assert store.set_tags(bad, []).tags == ()
+    assert [r.tags for r in store.runs()] == [(), ("baseline",)]
+    store.delete(digits)
+    assert store.database.db.execute("SELECT COUNT(*) FROM tags").fetchone()[0] == 0
+    with pytest.raises(UserError, match="no run 999 .*`mgpu-train runs` lists"):
+        store.set_note(999, "x")
+    with pytest.raises(UserError, match="no run 999"):
+        store.tag(999, ["x"])
+
+
+def test_a_tag_is_one_word():
+    assert split_tags("baseline, lr-sweep  seed1,,baseline") == ["baseline", "lr-sweep",
+                                                                  "seed1"]
+    assert check_tags([" a ", "b", "a"]) == ["a", "b"]
+    for bad in ("two words", "a,b", ""):
+        with pytest.raises(UserError, match="one word"):
+            check_tags([bad])
+
+
+def record(name: str, status: RunState = RunState.COMPLETED, *, tags: tuple[str, ...] = (),
+           note: str = "", model: str = "/m/convnet.keras", data: str = "/d/cifar") -> RunRecord:
+    return RunRecord(
+        id=1, run_dir=Path("/runs") / name, name=name, model=model, data=data, status=status,
+        message="", device_kind="gpu", devices=[], replicas=2, global_batch=64, epochs=4,
+        epochs_done=4, created=0.0, started=None, ended=None, best_metric=None,
+        best_value=None, best_epoch=None, test_metrics=None, attempts=1, note=note, tags=tags)
+
+
+@pytest.mark.parametrize("text, shown", [
+    ("", {"a", "b", "c"}),
+    ("tag:baseline", {"a", "b"}),
+    ("TAG:Baseline tag:seed1", {"b"}),
+    ("status:failed", {"b"}),
+    ("status:early status:failed", {"b", "c"}),
+    ("status:early_stopped", {"c"}),
+    ("lr", {"a", "c"}),  # a's note, c's tag
+    ('note:"lr 1e-3"', {"a"}),
+    ("model:resnet", {"c"}),
+    ("data:cifar tag:baseline", {"a", "b"}),
+    ("name:b", {"b"}),
+    ("lr:0.1", {"a"}),  # no such key: plain text, found in the note
+    ('note:"unclosed', set()),  # typed half-way: no error, and nothing matches the quote
+])
+def test_the_search_language(text, shown):
+    runs = [record("a", tags=("baseline",), note="LR 1e-3 and lr:0.1"),
+            record("b", RunState.FAILED, tags=("baseline", "seed1")),
+            record("c", RunState.EARLY_STOPPED, tags=("lr-sweep",), model="/m/resnet.keras")]
+    query = RunQuery.parse(text)
+    assert {r.name for r in runs if query.matches(r)} == shown
+    assert bool(query) is bool(text)
+
+
+def cli_run(capsys, store: RunStore, *args: str) -> tuple[int, str, str]:
+    code = cli.main(["--store", str(store.path), *args])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_cli_notes_tags_json_and_filters(capsys, store):
+    digits = str(ids(store)["digits"])
+    assert cli_run(capsys, store, "runs", "tag", digits, "baseline,lr-sweep", "demo") == (
+        0, "Run 1 (digits): tags baseline, demo, lr-sweep.\n", "")
+    assert cli_run(capsys, store, "runs", "tag", "digits", "demo", "--untag")[1] == (
+        "Run 1 (digits): tags baseline, lr-sweep.\n")
+    assert cli_run(capsys, store, "runs", "note", "bad", "b/3.png is truncated")[1] == (
+        "Run 2 (bad): note set.\n")
+    code, out, _ = cli_run(capsys, store, "runs", "--json")
+    listed = {r["name"]: r for r in json.loads(out)}
+    assert (listed["digits"]["tags"], listed["digits"]["note"]) == (["baseline", "lr-sweep"], "")
+    assert (listed["bad"]["tags"], listed["bad"]["note"]) == ([], "b/3.png is truncated")
+    code, out, _ = cli_run(capsys, store, "runs")
+    assert "TAGS" in out.splitlines()[0] and "baseline,lr-sweep" in out
+    for flags, names in ((["--tag", "baseline"], ["digits"]), (["--status", "failed"], ["bad"]),
+                         (["--search", "truncated"], ["bad"]),
+                         (["--search", "status:completed lr", "--tag", "baseline"], ["digits"]),
+                         (["--tag", "baseline", "--status", "failed"], [])):
+        code, out, _ = cli_run(capsys, store, "runs", "--json", *flags)
+        assert [r["name"] for r in json.loads(out)] == names, flags
+    assert cli_run(capsys, store, "runs", "--tag", "nothing")[1] == (
+        "No run matches; `mgpu-train runs` lists them all.\n")
+    assert cli_run(capsys, store, "runs", "note", digits, "")[1] == (
+        "Run 1 (digits): note cleared.\n")
+
+
+@pytest.mark.parametrize("args", [("note", "999", "x"), ("tag", "999", "x"),
+                                  ("tag", "nosuchrun", "x")])
+def test_cli_says_which_run_is_unknown_without_a_traceback(capsys, store, args):
+    code, out, err = cli_run(capsys, store, "runs", *args)
+    assert code == 2 and out == ""
+    assert err.startswith("error: ") and "Traceback" not in err
+    assert args[1] in err and "mgpu-train runs" in err
+
+
+def test_cli_takes_quoted_words_as_separate_tags(capsys, store):
+    """A tag is one word: quoting cannot make one of two."""
+    assert cli_run(capsys, store, "runs", "tag", "1", "two words")[1] == (
+        "Run 1 (digits): tags two, words.\n")
