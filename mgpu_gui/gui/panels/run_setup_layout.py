@@ -296,7 +296,8 @@ class RunSetupLayout(QWidget):
                    "Vary the training images at random each epoch (Keras preprocessing "
                    "layers in the input pipeline), so a small image folder goes further. "
                    "Validation and test images are never changed. Image folders only.")
-        self._add(section, "Transforms", "augment", [self.augment_picker])
+        # Across the label column too: two transforms a line need the width.
+        self._add(section, None, "augment", [self.augment_picker])
 
     def _build_speed(self, section: CollapsibleSection) -> None:
         self.precision_combo = QComboBox()
@@ -362,12 +363,16 @@ class RunSetupLayout(QWidget):
         widget.setAccessibleName(name)
         widget.setToolTip(tooltip)
 
-    def _add(self, where: QFormLayout | CollapsibleSection, label: str, name: str,
+    def _add(self, where: QFormLayout | CollapsibleSection, label: str | None, name: str,
              widgets: list[QWidget], *, outline: list[QWidget] | None = None,
              below: list[QWidget] | None = None) -> None:
-        """A row for config field `name` in a form or a section (see `field_cell`)."""
+        """A row for config field `name` in a form or a section (see `field_cell`);
+        label None: the row spans the label column too."""
         cell, self._fields[name] = field_cell(widgets, outline=outline, below=below)
         if isinstance(where, CollapsibleSection):
             self._section_of[name] = where
             where = where.form
-        where.addRow(label, cell)
+        if label is None:
+            where.addRow(cell)
+        else:
+            where.addRow(label, cell)

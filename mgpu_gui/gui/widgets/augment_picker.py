@@ -49,7 +49,7 @@ class AugmentPicker(QFrame):
             box.toggled.connect(self._ticked)
             self.boxes[name] = box
             line, column = divmod(index, 2)
-            grid.addWidget(box, line, 2 * column)
+            grid.addWidget(box, line, 3 * column)
             low, high = LIMITS[name]
             if low == high:  # flip: on or off, no strength
                 continue
@@ -63,9 +63,9 @@ class AugmentPicker(QFrame):
             spin.setToolTip(box.toolTip())
             spin.valueChanged.connect(self.changed)
             self.strengths[name] = spin
-            grid.addWidget(spin, line, 2 * column + 1)
-        grid.setColumnStretch(1, 1)
-        grid.setColumnStretch(3, 1)
+            grid.addWidget(spin, line, 3 * column + 1)
+        grid.setColumnMinimumWidth(2, 6)  # columns 0-1 and 3-4 hold the pairs: a gap between
+        grid.setColumnStretch(5, 1)  # spare width after the pairs, not inside them
 
     def augmentation(self) -> Augmentation:
         """What the ticked boxes and their strengths describe."""
