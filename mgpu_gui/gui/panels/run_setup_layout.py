@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
 from mgpu_gui.core.config import OPTIMIZERS, PRECISIONS
 from mgpu_gui.core.devices.precision_hint import LABELS as PRECISION_LABELS
 from mgpu_gui.core.modelfiles.builtins import IMAGENET, NO_WEIGHTS
+from mgpu_gui.gui.widgets.augment_picker import AugmentPicker
 from mgpu_gui.gui.widgets.compile_source import CompileSourceRow
 from mgpu_gui.gui.widgets.field_cells import (
     STYLE,
@@ -43,8 +44,8 @@ from mgpu_gui.gui.widgets.section import CollapsibleSection
 from mgpu_gui.gui.widgets.wrapper_notice import WrapperNotice
 
 DATA_KINDS = (("demo", "Digits (demo)"), ("npz", ".npz file"), ("images", "Image folder"))
-SECTIONS = (("optimization", "Optimization"), ("speed", "Speed"),
-            ("schedule", "Schedule and stopping"), ("output", "Output"))
+SECTIONS = (("optimization", "Optimization"), ("augmentation", "Augmentation"),
+            ("speed", "Speed"), ("schedule", "Schedule and stopping"), ("output", "Output"))
 
 
 class RunSetupLayout(QWidget):
@@ -79,6 +80,7 @@ class RunSetupLayout(QWidget):
         for section in self.sections.values():
             outer.addWidget(section)
         self._build_optimization(self.sections["optimization"])
+        self._build_augmentation(self.sections["augmentation"])
         self._build_speed(self.sections["speed"])
         self._build_schedule(self.sections["schedule"])
         self._build_output(self.sections["output"])
@@ -288,6 +290,15 @@ class RunSetupLayout(QWidget):
         self._add(section, "Warm-up", "lr_scaling.warmup_epochs", [self.warmup_spin],
                   below=[self.lr_hint])
 
+    def _build_augmentation(self, section: CollapsibleSection) -> None:
+        self.augment_picker = AugmentPicker()
+        self._name(self.augment_picker, "Augmentation",
+                   "Vary the training images at random each epoch (Keras preprocessing "
+                   "layers in the input pipeline), so a small image folder goes further. "
+                   "Validation and test images are never changed. Image folders only.")
+        # Across the label column too: two transforms a line need the width.
+        self._add(section, None, "augment", [self.augment_picker])
+
     def _build_speed(self, section: CollapsibleSection) -> None:
         self.precision_combo = QComboBox()
         for name in PRECISIONS:
@@ -352,12 +363,16 @@ class RunSetupLayout(QWidget):
         widget.setAccessibleName(name)
         widget.setToolTip(tooltip)
 
-    def _add(self, where: QFormLayout | CollapsibleSection, label: str, name: str,
+    def _add(self, where: QFormLayout | CollapsibleSection, label: str | None, name: str,
              widgets: list[QWidget], *, outline: list[QWidget] | None = None,
              below: list[QWidget] | None = None) -> None:
-        """A row for config field `name` in a form or a section (see `field_cell`)."""
+        """A row for config field `name` in a form or a section (see `field_cell`);
+        label None: the row spans the label column too."""
         cell, self._fields[name] = field_cell(widgets, outline=outline, below=below)
         if isinstance(where, CollapsibleSection):
             self._section_of[name] = where
             where = where.form
-        where.addRow(label, cell)
+        if label is None:
+            where.addRow(cell)
+        else:
+            where.addRow(label, cell)
