@@ -185,7 +185,7 @@ def test_a_disk_cache_left_by_a_killed_worker_is_rebuilt_then_reused(tmp_path, m
     monkeypatch.setattr(pipeline.batching, "fits_in_memory", lambda *a, **k: False)
     data = load_data(RunConfig(data=str(root), image_size=(6, 6), validation_split=0))
     cache = pipeline.cache_for(data, "train", folder)
-    assert cache == str(folder / f"train-{data.fingerprints['train']}")
+    assert cache == str(folder / f"train-{data.fingerprint('train')}")
     assert list(folder.iterdir()) == []  # the partial cache and the stale one are gone
 
     def one_pass() -> int:

@@ -45,6 +45,7 @@ from mgpu_gui.core.datasets.inspection import (
 from mgpu_gui.core.errors import DataError
 from mgpu_gui.core.evaluation.samples import SampleOrigins
 from mgpu_gui.core.modelfiles.card import ARRAYS, IMAGES, InputRecord
+from mgpu_gui.core.runs.preflight import data_sources
 
 __all__ = ["DataInfo", "DataKind", "LabelKind", "PreparedData", "batch_for_training",
            "inspect_data", "load_data"]
@@ -85,8 +86,8 @@ class PreparedData:
     val_origins: SampleOrigins | None = None
     test_origins: SampleOrigins | None = None
     finish: Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]] | None = None
-    # Where each split's files are (image folders): a disk cache is named for them.
-    fingerprints: dict[str, str] = field(default_factory=dict)
+    # Each split's image files (image folders): a disk cache is named for them.
+    files: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def cached_itemsize(self) -> int:
@@ -98,6 +99,16 @@ class PreparedData:
         if ds is None or self.finish is None:
             return ds
         return ds.map(self.finish, num_parallel_calls=tf.data.AUTOTUNE)
+
+    def fingerprint(self, split: str) -> str:
+        """The split's files (names, sizes, modification times) and the size they are
+        resized to: a cache made from them is valid while this is the same. A stat per
+        file, so only asked for when a split goes to a disk cache."""
+        digest = hashlib.sha256(repr(self.input_shape).encode())
+        for path in self.files[split]:
+            info = os.stat(path)
+            digest.update(f"{path}\0{info.st_size}\0{info.st_mtime_ns}\n".encode())
+        return digest.hexdigest()[:16]
 
 
 # -- batching ------------------------------------------------------------------
@@ -226,8 +237,7 @@ def load_data(config: RunConfig) -> PreparedData:
         val_origins=None if val is None else val.origin,
         test_origins=None if test is None else test.origin,
         finish=to_ds.finish if from_files else None,
-        fingerprints={name: _fingerprint(part, config) for part, name in parts
-                      if isinstance(part, _Files)},
+        files={name: part.paths for part, name in parts if isinstance(part, _Files)},
     )
 
 
@@ -246,10 +256,10 @@ def cache_for(prepared: PreparedData, split: str, folder: Path | None) -> bool |
     if batching.fits_in_memory(samples, prepared.input_shape,
                                itemsize=prepared.cached_itemsize):
         return True
-    if folder is None or split not in prepared.fingerprints:
+    if folder is None or split not in prepared.files:
         return False
     folder.mkdir(parents=True, exist_ok=True)
-    name = folder / f"{split}-{prepared.fingerprints[split]}"
+    name = folder / f"{split}-{prepared.fingerprint(split)}"
     if not Path(f"{name}.index").is_file():  # never finished: whatever is there is partial
         for leftover in folder.glob(f"{name.name}*"):
             leftover.unlink()
@@ -257,16 +267,6 @@ def cache_for(prepared: PreparedData, split: str, folder: Path | None) -> bool |
         if not stale.name.startswith(name.name):
             stale.unlink()
     return str(name)
-
-
-def _fingerprint(data: _Files, config: RunConfig) -> str:
-    """The split's files (names, sizes, modification times) and the size they are
-    resized to: a cache made from them is valid while this is the same."""
-    digest = hashlib.sha256(repr(tuple(config.image_size)).encode())
-    for path in data.paths:
-        info = os.stat(path)
-        digest.update(f"{path}\0{info.st_size}\0{info.st_mtime_ns}\n".encode())
-    return digest.hexdigest()[:16]
 
 
 def input_record(config: RunConfig, prepared: PreparedData) -> InputRecord:
@@ -391,9 +391,9 @@ def undecodable_file(config: RunConfig, budget_s: float = FIND_BUDGET_S) -> str 
     """The message for the first image file of the run's folders that does not decode,
     looked for one by one within `budget_s`; None when none failed in that time."""
     deadline = time.monotonic() + budget_s
-    for source in (config.data, config.validation_data):
-        folder = Path(os.path.expanduser(source)) if source and source != DEMO else None
-        if folder is None or not folder.is_dir():
+    for source in data_sources(config):
+        folder = Path(os.path.expanduser(source))
+        if source == DEMO or not folder.is_dir():
             continue
         for path in list_images(folder).paths:
             if time.monotonic() > deadline:
