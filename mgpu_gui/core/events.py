@@ -44,6 +44,17 @@ class Event:
 
 
 @dataclass(frozen=True)
+class ChildFailure(Event):
+    """A child's work failed (processes/failure.py makes these); each kind of child has
+    its own subclass, so a reader knows whose failure it is."""
+
+    message: str  # for the user
+    error_type: str  # the exception's class; empty when the child died without saying
+    user_error: bool  # the input was at fault (a UserError), not the code
+    traceback: str = ""  # for a bug report
+
+
+@dataclass(frozen=True)
 class RunStarted(Event):
     type: ClassVar[str] = "run_started"
     run_dir: str
@@ -172,14 +183,10 @@ class ExportDone(Event):
 
 
 @dataclass(frozen=True)
-class ExportFailed(Event):
+class ExportFailed(ChildFailure):
     """An export child (or its verifier) failed; nothing was written."""
 
     type: ClassVar[str] = "export_failed"
-    message: str  # for the user
-    error_type: str  # the exception's class; empty when the child died without saying
-    user_error: bool  # the input was at fault (a UserError), not the code
-    traceback: str = ""  # for a bug report
 
 
 @dataclass(frozen=True)
@@ -371,12 +378,8 @@ class EvaluationDone(Event):
 
 
 @dataclass(frozen=True)
-class EvaluationFailed(Event):
+class EvaluationFailed(ChildFailure):
     type: ClassVar[str] = "evaluation_failed"
-    message: str
-    error_type: str
-    user_error: bool
-    traceback: str = ""
 
 
 EVENT_TYPES.update({cls.type: cls for cls in (EvaluationProgress, EvaluationDone,
@@ -408,12 +411,8 @@ class SamplesDrawn(Event):
 
 
 @dataclass(frozen=True)
-class SamplesDrawFailed(Event):
+class SamplesDrawFailed(ChildFailure):
     type: ClassVar[str] = "samples_draw_failed"
-    message: str
-    error_type: str
-    user_error: bool
-    traceback: str = ""
 
 
 EVENT_TYPES.update({cls.type: cls for cls in (SamplesDrawn, SamplesDrawFailed)})
@@ -430,14 +429,10 @@ class DataOverviewed(Event):
 
 
 @dataclass(frozen=True)
-class DataOverviewFailed(Event):
+class DataOverviewFailed(ChildFailure):
     """The data could not be read (`user_error`) or the overview itself failed."""
 
     type: ClassVar[str] = "data_overview_failed"
-    message: str
-    error_type: str
-    user_error: bool
-    traceback: str = ""
 
 
 EVENT_TYPES.update({cls.type: cls for cls in (DataOverviewed, DataOverviewFailed)})

@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import traceback
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from mgpu_gui.core.errors import UserError
+from mgpu_gui.core.events import ChildFailure
 
-
-class _Failed(Protocol):
-    def __init__(self, message: str, error_type: str, user_error: bool,
-                 traceback: str = "") -> None: ...
-
-
-F = TypeVar("F", bound=_Failed)
+F = TypeVar("F", bound=ChildFailure)
 
 
 def failure_of(error: Exception, failed: type[F]) -> F:
