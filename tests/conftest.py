@@ -38,6 +38,15 @@ def _isolated_store(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("MGPU_GUI_STORE", str(tmp_path_factory.mktemp("store") / "runs.sqlite3"))
 
 
+@pytest.fixture
+def store():
+    """That run store, opened (a test module may define its own `store` instead)."""
+    from mgpu_gui.core.runs.store import RunStore
+
+    with RunStore() as opened:
+        yield opened
+
+
 @pytest.fixture(autouse=True)
 def _isolated_logs(tmp_path_factory, monkeypatch):
     """Children's log files (export, the TensorFlow check) go to a temporary folder."""

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
 from PySide6.QtWidgets import QProgressBar
 
 from mgpu_gui.core.config import RunConfig
@@ -25,12 +24,6 @@ from mgpu_gui.gui.dialogs.evaluation import EvaluationDialog, Subject
 from mgpu_gui.gui.panels.runs import RunsPanel
 
 NAMES = tuple(f"digit {i}" for i in range(10))
-
-
-@pytest.fixture
-def store():
-    with RunStore() as opened:  # conftest points MGPU_GUI_STORE at this test's own file
-        yield opened
 
 
 def a_run(store: RunStore, tmp_path) -> RunRecord:

@@ -109,12 +109,6 @@ def record_run(store: RunStore, root: Path, name: str, *, epochs: int = 4, done:
 
 
 @pytest.fixture
-def store(tmp_path):
-    with RunStore() as opened:  # conftest points MGPU_GUI_STORE at this test's own file
-        yield opened
-
-
-@pytest.fixture
 def panel(qtbot, store):
     widget = RunsPanel(store)
     qtbot.addWidget(widget)

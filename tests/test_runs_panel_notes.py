@@ -19,12 +19,6 @@ from tests.test_runs_panel import record_run, refresh
 
 
 @pytest.fixture
-def store(tmp_path):
-    with RunStore() as opened:  # conftest points MGPU_GUI_STORE at this test's own file
-        yield opened
-
-
-@pytest.fixture
 def runs(store, tmp_path):
     """baseline (tagged, with a note), wide (tagged), oom (failed), newest last."""
     base = record_run(store, tmp_path, "baseline", start_t=1.7e9)

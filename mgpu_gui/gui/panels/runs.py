@@ -38,6 +38,7 @@ from PySide6.QtGui import (
     QShowEvent,
 )
 from PySide6.QtWidgets import (
+    QDialog,
     QHBoxLayout,
     QLabel,
     QMessageBox,
@@ -293,9 +294,7 @@ class RunsPanel(QWidget):
         runs = [ComparedRun.from_events(label, self.store.series_events(r.id, batches=False))
                 for label, r in zip(labels, selected, strict=True)]
         dialog = RunCompareDialog(runs, self)
-        self._dialogs.append(dialog)
-        dialog.destroyed.connect(lambda _=None, d=dialog: self._forget_dialog(d))
-        return_focus_on_close(dialog)
+        self._keep(dialog)
         dialog.show()
         return dialog
 
@@ -310,9 +309,7 @@ class RunsPanel(QWidget):
         if self.store is None:
             return None
         dialog = EvaluationDialog(Subject.of_run(record), self.store, self)
-        self._dialogs.append(dialog)
-        dialog.destroyed.connect(lambda _=None, d=dialog: self._forget_dialog(d))
-        return_focus_on_close(dialog)
+        self._keep(dialog)
         dialog.show()
         return dialog
 
@@ -324,9 +321,7 @@ class RunsPanel(QWidget):
         dialog = RunNotesDialog(selected[0], known_tags(self.model.records), self)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.accepted.connect(lambda: self._save_notes(dialog))
-        self._dialogs.append(dialog)
-        dialog.destroyed.connect(lambda _=None, d=dialog: self._forget_dialog(d))
-        return_focus_on_close(dialog)
+        self._keep(dialog)
         dialog.open()
         return dialog
 
@@ -411,6 +406,12 @@ class RunsPanel(QWidget):
                                   daemon=True)
         thread.start()
         self._deletions = [t for t in self._deletions if t.is_alive()] + [thread]
+
+    def _keep(self, dialog: QDialog) -> None:
+        """Held while open (the window's close closes it); focus returns here after."""
+        self._dialogs.append(dialog)
+        dialog.destroyed.connect(lambda _=None, d=dialog: self._forget_dialog(d))
+        return_focus_on_close(dialog)
 
     def _forget_dialog(self, dialog: QWidget) -> None:
         with contextlib.suppress(ValueError):
