@@ -44,13 +44,13 @@ SAMPLE_ROLE = Qt.ItemDataRole.UserRole
 
 @dataclass(frozen=True, eq=False)
 class Predictions:
-    """What the view knows of every evaluated sample."""
+    """Every evaluated sample: its label, the model's output, where it came from."""
 
     file: Path  # the predictions file (its samples' origins are read from it in the child)
-    labels: np.ndarray  # class ids
-    outputs: np.ndarray  # probabilities, one row per sample
+    labels: np.ndarray  # a classifier's class ids, else the targets
+    outputs: np.ndarray  # one row per sample: a classifier's probabilities
     origins: SampleOrigins | None  # None: evaluated before origins were kept
-    names: tuple[str, ...]
+    names: tuple[str, ...]  # the classes (none for a model that does not classify)
     split: str  # "test" or "validation"
 
     def caption(self, sample: int) -> str:

@@ -66,10 +66,7 @@ class Loaded:
     """An evaluation with the predictions it came from (one row per sample)."""
 
     result: EvaluationResult
-    labels: np.ndarray
-    outputs: np.ndarray
-    origins: SampleOrigins | None  # where each sample came from (None: an older evaluation)
-    predictions: Path  # the file they were read from
+    samples: Predictions
 
 
 @dataclass(frozen=True)
@@ -146,9 +143,11 @@ class EvaluationJob:
                 with RunStore(self.store) as store:  # this thread's own connection
                     store.save_evaluation(self.subject.run_id, result)
         predictions = self.folder / PREDICTIONS_FILE
+        names = result.classifier.class_names if result.classifier is not None else ()
         with np.load(predictions) as kept:
-            return Loaded(result, kept["labels"], kept["outputs"],
-                          SampleOrigins.from_arrays(kept), predictions)
+            return Loaded(result, Predictions(
+                predictions, kept["labels"], kept["outputs"], SampleOrigins.from_arrays(kept),
+                names, result.split.words))
 
     def _stored(self) -> EvaluationResult | None:
         """The run's kept evaluation, if its folder still has the predictions."""
@@ -320,9 +319,7 @@ class EvaluationDialog(QDialog):
                 self.scores.setItem(r, c, QTableWidgetItem(value))
         loaded = self.loaded
         assert loaded is not None
-        self.cell = CellSamples(Predictions(
-            loaded.predictions, loaded.labels, loaded.outputs, loaded.origins,
-            metrics.class_names, loaded.result.split.words), side)
+        self.cell = CellSamples(loaded.samples, side)
         self.try_sample = TrySample(loaded.result.samples, side)
         self.try_sample.file_chosen.connect(self.try_file)
         self.try_sample.sample_chosen.connect(self.try_number)
@@ -357,19 +354,19 @@ class EvaluationDialog(QDialog):
     def try_number(self, sample: int) -> None:
         """A sample of the evaluated split: its top classes from the kept predictions."""
         assert self.loaded is not None and self.loaded.result.classifier is not None
-        names = self.loaded.result.classifier.class_names
-        true = names[int(self.loaded.labels[sample])]
-        self.try_sample.top.show_top(
-            f"Sample #{sample} of the {self.loaded.result.split.words} split (true: {true}):",
-            top_classes(self.loaded.outputs[sample], names))
+        p = self.loaded.samples
+        true = p.names[int(p.labels[sample])]
+        self.try_sample.top.show_top(f"Sample #{sample} of the {p.split} split (true: {true}):",
+                                     top_classes(p.outputs[sample], p.names))
 
     def show_cell(self, index: QModelIndex) -> None:
         """The samples of class `index.row()` predicted as `index.column()`."""
         self.cell.show_cell(index.row(), index.column())
 
     def _residual_plot(self, loaded: Loaded) -> QWidget:
-        targets = loaded.labels.reshape(len(loaded.labels), -1)[:, 0].astype(np.float64)
-        outputs = loaded.outputs.reshape(len(loaded.outputs), -1)[:, 0].astype(np.float64)
+        p = loaded.samples
+        targets = p.labels.reshape(len(p.labels), -1)[:, 0].astype(np.float64)
+        outputs = p.outputs.reshape(len(p.outputs), -1)[:, 0].astype(np.float64)
         plot = pg.PlotWidget(self.results)
         colors = plot_colors(self.palette())
         color_plot(plot, colors)
