@@ -83,6 +83,9 @@ class CellSamples(QWidget):
         self.pages = QStackedWidget(self)
         self.pages.addWidget(self.table)
         self.pages.addWidget(self.grid)
+        origins = predictions.origins
+        self.pages.setCurrentWidget(  # empty until a cell is clicked: the page it will fill
+            self.grid if origins is not None and origins.drawable else self.table)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.title)
