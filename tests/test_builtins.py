@@ -224,3 +224,27 @@ def test_cli_trains_a_builtin_as_the_issue_writes_it(folder, tmp_path):
     assert run_dir.read_config().pretrained == "none"
     card = read_card(card_path(run_dir.export_path("keras"), "keras"))
     assert card is not None and card.inputs is not None and card.inputs.rescale == 1.0
+    _exported_model_takes_raw_pixels(run_dir)
+
+
+def _exported_model_takes_raw_pixels(run_dir: RunDir) -> None:
+    """The exported model on an image file decoded and resized independently, with no
+    rescale, predicts what the trained model (its last checkpoint) predicts on the
+    training pipeline's own input for that file (the validation split's, unshuffled; the
+    pipeline rounds to whole levels)."""
+    import keras
+    import tensorflow as tf
+
+    from mgpu_gui.engine import pipeline
+
+    prepared = pipeline.load_data(run_dir.read_config())
+    x = np.stack([x for x, _ in prepared.val.map(prepared.finish).take(6).as_numpy_iterator()])
+    files = prepared.val_origins.files[:6]
+    raw = np.stack([tf.image.resize(tf.io.decode_image(Path(f).read_bytes(), channels=3,
+                                                       expand_animations=False), (64, 64))
+                    for f in files])
+    assert np.abs(raw - x).max() <= 0.5 and raw.max() > 200  # raw pixels, not rescaled
+    exported = keras.models.load_model(run_dir.export_path("keras"))
+    trained = keras.models.load_model(run_dir.last_checkpoint)
+    np.testing.assert_allclose(exported.predict(raw, verbose=0), trained.predict(x, verbose=0),
+                               atol=2e-3)
