@@ -160,9 +160,8 @@ import os, signal, sys
 from pathlib import Path
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.engine import pipeline
-pipeline.batching.fits_in_memory = lambda *a, **k: False
 data = pipeline.load_data(RunConfig(data=sys.argv[1], image_size=(6, 6), validation_split=0))
-cache = pipeline.cache_for(data, "train", Path(sys.argv[2]))
+cache = pipeline.cache_for(data, "train", Path(sys.argv[2]), "disk")
 for i, _ in enumerate(pipeline.batch_for_training(data.train, data.train_samples, 2,
                                                   shuffle=False, seed=0, cache=cache)):
     if i == 2:
@@ -170,7 +169,7 @@ for i, _ in enumerate(pipeline.batch_for_training(data.train, data.train_samples
 """
 
 
-def test_a_disk_cache_left_by_a_killed_worker_is_rebuilt_then_reused(tmp_path, monkeypatch):
+def test_a_disk_cache_left_by_a_killed_worker_is_rebuilt_then_reused(tmp_path):
     """tf.data's file cache leaves a lock file when killed mid-pass, and the next
     iterator would refuse it ("a concurrently running iterator")."""
     from mgpu_gui.engine import pipeline
@@ -182,21 +181,42 @@ def test_a_disk_cache_left_by_a_killed_worker_is_rebuilt_then_reused(tmp_path, m
     assert done.returncode == -9, done.stderr
     assert [p for p in folder.iterdir() if p.name.endswith(".lockfile")]  # what it leaves
     (folder / "train-0123456789abcdef.index").write_bytes(b"data since changed")
-    monkeypatch.setattr(pipeline.batching, "fits_in_memory", lambda *a, **k: False)
     data = load_data(RunConfig(data=str(root), image_size=(6, 6), validation_split=0))
-    cache = pipeline.cache_for(data, "train", folder)
+    cache = pipeline.cache_for(data, "train", folder, "disk")
     assert cache == str(folder / f"train-{data.fingerprint('train')}")
     assert list(folder.iterdir()) == []  # the partial cache and the stale one are gone
 
     def one_pass() -> int:
         batches = batch_for_training(data.train, data.train_samples, 2, shuffle=True, seed=0,
-                                     cache=pipeline.cache_for(data, "train", folder),
+                                     cache=pipeline.cache_for(data, "train", folder, "disk"),
                                      finish=data.finish)
         return sum(int(x.shape[0]) for x, _ in batches)
 
     assert one_pass() == 10 and Path(f"{cache}.index").is_file()
     made = Path(f"{cache}.index").stat().st_mtime_ns
     assert one_pass() == 10 and Path(f"{cache}.index").stat().st_mtime_ns == made  # reused
+
+
+def test_the_cache_mode_decides_where_a_split_is_kept(tmp_path, monkeypatch):
+    from mgpu_gui.engine import pipeline
+
+    root = make_folder(tmp_path / "imgs", {"a": 2, "b": 2})
+    data = load_data(RunConfig(data=str(root), image_size=(6, 6), validation_split=0))
+    folder = tmp_path / "cache"
+    disk = str(folder / f"train-{data.fingerprint('train')}")
+    modes = ("auto", "memory", "disk", "off")
+    assert [pipeline.cache_for(data, "train", folder, m) for m in modes] == [
+        True, True, disk, False]
+    monkeypatch.setattr(pipeline.batching, "fits_in_memory", lambda *a, **k: False)
+    assert [pipeline.cache_for(data, "train", folder, m) for m in modes] == [
+        disk, True, disk, False]
+    assert pipeline.cache_for(data, "train", None, "auto") is False  # no run folder to hold it
+    assert RunConfig(data=str(root), cache="disk").problems() == []
+    assert RunConfig(cache="disk").problems() == [(
+        "cache", "a disk cache holds decoded images: it needs an image folder as the data; "
+                 "arrays are read into memory whole, use auto")]
+    assert RunConfig(cache="ram").problems() == [
+        ("cache", "'ram' is not a cache mode; one of auto, memory, disk, off")]
 
 
 def test_validation_folder_must_have_same_classes(tmp_path):

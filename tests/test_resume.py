@@ -2,7 +2,8 @@
 
 Real runs on 2 CPU replicas with a small model: the history must hold every
 completed epoch exactly once, the requested epoch count must be trained, and
-the store must tell one consistent story of the run.
+the store must tell one consistent story of the run. The killed worker trains on
+an image folder cached on disk: the resumed run reads that cache again.
 """
 
 from __future__ import annotations
@@ -21,7 +22,14 @@ import pytest
 from mgpu_gui.core.children.supervisor import WorkerProcess, prepare_resume, prepare_run
 from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig
 from mgpu_gui.core.devices.nvml import GpuInventory, NvmlState
-from mgpu_gui.core.events import BatchEnd, EpochEnd, RunFinished, RunStarted, RunStatus
+from mgpu_gui.core.events import (
+    BatchEnd,
+    EpochEnd,
+    LogMessage,
+    RunFinished,
+    RunStarted,
+    RunStatus,
+)
 from mgpu_gui.core.runs.folder import RunDir
 from mgpu_gui.core.runs.lock import is_live
 from mgpu_gui.core.runs.store import RunState, RunStore
@@ -47,6 +55,7 @@ def config(tmp_path_factory) -> RunConfig:
         def build_model(input_shape, num_classes):
             return keras.Sequential([
                 keras.Input(input_shape),
+                keras.layers.Flatten(),
                 keras.layers.Dense(256, activation="relu"),
                 keras.layers.Dense(256, activation="relu"),
                 keras.layers.Dense(num_classes, activation="softmax"),
@@ -85,9 +94,25 @@ def assert_one_consistent_run(store: RunStore, run_dir: RunDir, attempts: int) -
     assert run_dir.export_path("keras").exists()
 
 
-def test_sigkill_of_the_worker_mid_epoch_then_resume(config, tmp_path):
+@pytest.fixture(scope="module")
+def image_folder(tmp_path_factory) -> Path:
+    """1,000 8x8 pictures of 3 classes: 100 steps of 8 per epoch."""
+    from PIL import Image
+
+    root = tmp_path_factory.mktemp("pictures")
+    rng = np.random.default_rng(2)
+    for i in range(1000):
+        folder = root / f"class{i % 3}"
+        folder.mkdir(exist_ok=True)
+        Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).save(folder / f"{i}.png")
+    return root
+
+
+def test_sigkill_of_the_worker_mid_epoch_then_resume(config, image_folder, tmp_path):
     store = RunStore()
-    run = prepare_run(config.replace(output_dir=str(tmp_path)), NO_GPU, store)
+    cached = config.replace(output_dir=str(tmp_path), data=str(image_folder), image_size=(8, 8),
+                            batch_per_replica=4, cache="disk")
+    run = prepare_run(cached, NO_GPU, store)
     worker = WorkerProcess(run, store=store)
     worker.start()
     for event in worker.events():
@@ -105,6 +130,8 @@ def test_sigkill_of_the_worker_mid_epoch_then_resume(config, tmp_path):
     assert record.status is RunState.FAILED and record.status.resumable
     assert store.epoch_numbers(record.id) == [0]
     assert not is_live(run_dir.path)
+    (index,) = run_dir.cache.glob("train-*.index")  # the pass the killed worker completed
+    made = index.stat().st_mtime_ns
 
     resumed = prepare_resume(run_dir.path, NO_GPU, store)
     assert resumed.run_id == record.id
@@ -113,6 +140,10 @@ def test_sigkill_of_the_worker_mid_epoch_then_resume(config, tmp_path):
     assert started.initial_epoch == 1
     assert [e.epoch for e in events if isinstance(e, EpochEnd)] == [1, 2]
     assert_one_consistent_run(store, run_dir, attempts=2)
+    assert index.stat().st_mtime_ns == made  # read again, not decoded again
+    assert not list(run_dir.cache.glob("*.lockfile"))
+    assert any(isinstance(e, LogMessage) and "cached on local disk" in e.message
+               for e in events)
     store.close()
 
 

@@ -18,6 +18,7 @@ from mgpu_gui.cli.console import ConsoleReporter
 from mgpu_gui.core.children.runner import cancel_on_interrupt
 from mgpu_gui.core.children.supervisor import PreparedRun, RunOutcome, WorkerProcess
 from mgpu_gui.core.config import (
+    CACHE_MODES,
     DEMO,
     EXPORT_FORMATS,
     OPTIMIZERS,
@@ -54,6 +55,7 @@ FLAGS = {  # RunConfig fields as the flags a CLI user typed
     "devices.replicas": "--replicas", "devices.gpus": "--gpus", "image_size": "--image-size",
     "rescale": "--rescale", "export_formats": "--export", "custom_objects": "--custom-objects",
     "builder": "--builder", "pretrained": "--pretrained", "augment": "--augment",
+    "cache": "--cache",
     "early_stopping.patience": "--es-patience", "reduce_lr.patience": "--rl-patience",
     "reduce_lr.factor": "--rl-factor", "precision": "--precision", "jit_compile": "--xla",
     "lr_scaling.warmup_epochs": "--warmup-epochs",
@@ -140,6 +142,10 @@ def add_train_arguments(p: argparse.ArgumentParser, *, hidden: Collection[str] =
         help="vary the training images of an image folder at random, e.g. "
              "flip,rotate=0.1,zoom=0.2,translate=0.1,contrast=0.2,brightness=0.2 (a bare name "
              "takes that strength; validation and test images stay as they are)")
+    add(p, "--cache", choices=CACHE_MODES,
+        help="where decoded samples are kept between epochs: auto (in memory when they fit "
+             "1 GiB, else an image folder's on local disk in the run folder), memory, disk "
+             "(image folders), off (decode every epoch) (default auto)")
     add(p, "--sync-bn", dest="sync_batchnorm", action="store_true",
         help="synchronize BatchNormalization statistics across replicas")
     add(p, "--seed", type=int, help=f"default {d.seed}")
@@ -184,7 +190,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     for name in ("model", "data", "validation_data", "validation_split", "batch_per_replica",
                  "epochs", "optimizer", "learning_rate", "loss", "rescale", "seed",
                  "output_dir", "run_name", "custom_objects", "precision", "builder",
-                 "pretrained", "augment"):
+                 "pretrained", "augment", "cache"):
         value = getattr(args, name)
         if value is not None:
             changes[name] = value

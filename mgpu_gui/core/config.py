@@ -26,6 +26,9 @@ EXPORT_FORMATS = ("keras", "h5", "savedmodel")
 OPTIMIZERS = ("adam", "adamw", "sgd", "rmsprop", "nadam", "adagrad")
 # Keras dtype policies a run can choose; see precision.py for what each needs.
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+# Where decoded samples are kept between epochs. auto: in memory when they fit the budget,
+# else an image folder's on local disk in the run folder, else nowhere.
+CACHE_MODES = ("auto", "memory", "disk", "off")
 DEFAULT_RESCALE = 1.0 / 255.0
 
 
@@ -108,6 +111,7 @@ class RunConfig:
     image_size: tuple[int, int] = (64, 64)
     rescale: float = DEFAULT_RESCALE  # not used by a built-in: see `input_rescale`
     augment: str = ""  # image folders: training images varied at random (core.augment)
+    cache: str = "auto"  # one of CACHE_MODES
     sync_batchnorm: bool = False
     seed: int | None = 42
     output_dir: str = "~/mgpu-runs"
@@ -206,6 +210,7 @@ class RunConfig:
         if not self.rescale > 0:
             found.append(("rescale", f"must be positive, got {self.rescale}"))
         found += _augment_problems(self.augment, self.data)
+        found += _cache_problems(self.cache, self.data)
         for fmt in self.export_formats:
             if fmt not in EXPORT_FORMATS:
                 found.append(("export_formats",
@@ -247,10 +252,23 @@ def _augment_problems(spec: str, data: str) -> list[tuple[str, str]]:
         augmentation = parse_augment(spec)
     except AugmentSpecError as error:
         return [("augment", str(error))]
-    if augmentation.active and not (data != DEMO and Path(os.path.expanduser(data)).is_dir()):
+    if augmentation.active and not _is_image_folder(data):
         return [("augment", "augmentation transforms images: it needs an image folder as the "
                             "data (one subfolder per class); turn it off for arrays")]
     return []
+
+
+def _cache_problems(mode: str, data: str) -> list[tuple[str, str]]:
+    if mode not in CACHE_MODES:
+        return [("cache", f"{mode!r} is not a cache mode; one of {', '.join(CACHE_MODES)}")]
+    if mode == "disk" and not _is_image_folder(data):
+        return [("cache", "a disk cache holds decoded images: it needs an image folder as the "
+                          "data; arrays are read into memory whole, use auto")]
+    return []
+
+
+def _is_image_folder(data: str) -> bool:
+    return data != DEMO and Path(os.path.expanduser(data)).is_dir()
 
 
 def is_model_file(model: str) -> bool:

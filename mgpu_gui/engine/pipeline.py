@@ -241,20 +241,24 @@ def load_data(config: RunConfig) -> PreparedData:
     )
 
 
-def cache_for(prepared: PreparedData, split: str, folder: Path | None) -> bool | str:
+def cache_for(prepared: PreparedData, split: str, folder: Path | None,
+              mode: str = "auto") -> bool | str:
     """Where to cache `split` ("train", "validation" or "test") between epochs: True, in
-    memory, when it fits the budget; else, for an image folder, a file in `folder`
-    (local disk: decoding every epoch again is what starves the GPUs); else nowhere.
+    memory, when it fits the budget (or `mode` is "memory"); else, for an image folder, a
+    file in `folder` (local disk: decoding every epoch again is what starves the GPUs; or
+    `mode` is "disk"); else (or `mode` is "off") nowhere.
 
     A disk cache survives a killed worker: one complete from an earlier pass is read
     again (its name is its files' fingerprint, so changed data gets a new one), and one
     cut short, which tf.data leaves with a lock file that would refuse the next
     iterator ("a concurrently running iterator"), is removed and rebuilt.
     """
+    if mode == "off":
+        return False
     samples = {"train": prepared.train_samples, "validation": prepared.val_samples,
                "test": prepared.test_samples}[split]
-    if batching.fits_in_memory(samples, prepared.input_shape,
-                               itemsize=prepared.cached_itemsize):
+    if mode == "memory" or mode == "auto" and batching.fits_in_memory(
+            samples, prepared.input_shape, itemsize=prepared.cached_itemsize):
         return True
     if folder is None or split not in prepared.files:
         return False

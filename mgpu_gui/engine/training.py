@@ -279,7 +279,12 @@ def prepare(config: RunConfig, strategy: tf.distribute.Strategy, log,
         if relabel is not None:
             ds = ds.map(relabel, num_parallel_calls=tf.data.AUTOTUNE)
         training = what == "training"
-        cache = data_mod.cache_for(prepared, "train" if training else what, cache_dir)
+        cache = data_mod.cache_for(prepared, "train" if training else what, cache_dir,
+                                   config.cache)
+        if training and "train" in prepared.files:
+            where = ("in memory" if cache is True else f"on local disk in {cache_dir}" if cache
+                     else "nowhere: decoded again every epoch")
+            log(f"Decoded training images are cached {where} (cache: {config.cache}).")
         finish = prepared.finish
         if training and finish is not None:  # augmentation: training images only
             finish = augmentation.training_finish(finish, config.augment, config.seed)

@@ -38,7 +38,7 @@ FIELD_NAMES = {
     "batch_per_replica": "Batch per GPU", "epochs": "Epochs", "optimizer": "Optimizer",
     "learning_rate": "Learning rate", "early_stopping.patience": "Early stopping",
     "output_dir": "Output folder", "lr_scaling.warmup_epochs": "LR warm-up",
-    "precision": "Precision", "jit_compile": "XLA", "augment": "Augmentation",
+    "precision": "Precision", "jit_compile": "XLA", "augment": "Augmentation", "cache": "Cache",
 }
 NOT_IMAGES = ("Augmentation transforms images: choose an image folder as the data to use it. "
               "The transforms ticked here come back with the next image folder.")
@@ -83,6 +83,7 @@ class RunSetupForm(RunSetupLayout):
                                        warmup_epochs=self.warmup_spin.value()),
             precision=self.precision_combo.currentData(),
             jit_compile=self.xla_check.isChecked(),
+            cache=self.cache_combo.currentData(),
             image_size=(self.height_spin.value(), self.width_spin.value()),
             sync_batchnorm=self.sync_bn.isChecked(),
             # Kept ticked for other data, but only an image folder is augmented.
@@ -112,6 +113,7 @@ class RunSetupForm(RunSetupLayout):
             index = self.precision_combo.findData(config.precision)
             self.precision_combo.setCurrentIndex(max(index, 0))
             self.xla_check.setChecked(config.jit_compile)
+            self.cache_combo.setCurrentIndex(max(self.cache_combo.findData(config.cache), 0))
             self.height_spin.setValue(config.image_size[0])
             self.width_spin.setValue(config.image_size[1])
             self.sync_bn.setChecked(config.sync_batchnorm)
@@ -209,6 +211,7 @@ class RunSetupForm(RunSetupLayout):
         self.warmup_spin.valueChanged.connect(self._edited)
         self.optimizer_combo.currentIndexChanged.connect(self._edited)
         self.precision_combo.currentIndexChanged.connect(self._edited)
+        self.cache_combo.currentIndexChanged.connect(self._edited)
         self.scale_lr.toggled.connect(self.warmup_spin.setEnabled)
         self.data_kind.currentIndexChanged.connect(self._update_data_widgets)
         self.data_kind.currentIndexChanged.connect(self._edited)

@@ -329,6 +329,19 @@ class RunSetupLayout(QWidget):
                    "without it, with a warning in the log.")
         self._add(section, "", "jit_compile", [self.xla_check])
 
+        self.cache_combo = QComboBox()
+        for label, mode in (("Automatic", "auto"), ("In memory", "memory"),
+                            ("On local disk", "disk"), ("Off", "off")):
+            self.cache_combo.addItem(label, mode)
+        self._name(self.cache_combo, "Cache",
+                   "Where the decoded samples are kept between epochs, so the GPUs do not "
+                   "wait for images to be decoded again. Automatic: in memory when they fit "
+                   "1 GiB, else an image folder's on local disk in the run folder (it "
+                   "survives a killed worker: a resume reads it again). In memory: whatever "
+                   "the size (it must fit the RAM). On local disk: image folders. Off: "
+                   "decode every epoch.")
+        self._add(section, "Cache", "cache", [self.cache_combo])
+
         self.sync_bn = QCheckBox("Synchronized BatchNorm")
         self._name(self.sync_bn, "Synchronized BatchNorm",
                    "Synchronized BatchNorm: BatchNormalization layers compute their mean and "
