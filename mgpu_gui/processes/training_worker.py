@@ -46,6 +46,7 @@ from mgpu_gui.core.events import (
     RunStatus,
 )
 from mgpu_gui.core.runs.cluster import ClusterSpec
+from mgpu_gui.core.runs.environment import record_environment
 from mgpu_gui.core.runs.folder import RunDir
 from mgpu_gui.core.runs.lock import RunBusyError, RunLock
 
@@ -200,6 +201,19 @@ def fault_callbacks(run_dir: RunDir, channel: EventChannel) -> list[Any]:
     return [faults.fault_callback(fault, run_dir.path)]
 
 
+def record_run_environment(run_dir: RunDir, channel: EventChannel) -> None:
+    """environment.json: versions and the run's files' fingerprints. Call once TensorFlow
+    is loaded (the strategy is made); a record that cannot be written is a warning."""
+    from mgpu_gui.engine.tf_facts import environment_versions
+
+    try:
+        record_environment(run_dir.path, run_dir.read_config(), environment_versions())
+    except Exception as error:  # a missing record must never cost the run
+        channel.emit(LogMessage(message=f"The run's environment record (versions, file "
+                                        f"hashes) could not be written: {error}",
+                                level="warning"))
+
+
 def lower_priority(increment: int) -> None:
     """Yield the CPU to the GUI; call before TensorFlow starts its threads (they inherit it).
 
@@ -255,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
             strategy, cross_device_ops = make_cluster_strategy(plan, cluster)
         else:
             strategy, cross_device_ops = make_strategy(plan)
+        record_run_environment(run_dir, channel)
         extra_callbacks = fault_callbacks(run_dir, channel)
     except Exception as error:
         channel.emit(failure_event(error, started=False))
