@@ -123,8 +123,11 @@ def differing_settings(settings: Sequence[Settings], *, everything: bool = False
         names += [name for name in flat if name not in names]
     if everything:
         return names
-    return [name for name in names if name not in NOT_TRAINING and len(
-        {flat.get(name, _MISSING) for flat in settings}) > 1]
+    return [name for name in names if name not in NOT_TRAINING and _varies(settings, name)]
+
+
+def _varies(settings: Sequence[Settings], name: str) -> bool:
+    return len({flat.get(name, _MISSING) for flat in settings}) > 1
 
 
 def numeric(values: Iterable[Any]) -> bool:
@@ -187,10 +190,10 @@ def comparison_table(runs: Sequence[ComparedRun], *, everything: bool = False
     and final value of each metric, then the environment facts that differ (all with
     `everything`); a differing environment fact marks the runs unlike the others."""
     settings = [run.settings for run in runs]
-    differing = set(differing_settings(settings))
     names = differing_settings(settings, everything=everything)
     columns = [Column(ColumnKind.RUN, "run", "Run")]
-    columns += [Column(ColumnKind.SETTING, name, name, name in differing) for name in names]
+    columns += [Column(ColumnKind.SETTING, name, name, _varies(settings, name))
+                for name in names]
     metrics = metric_choices(runs)
     for metric in metrics:
         columns += [Column(ColumnKind.BEST, metric, f"best {metric}"),
