@@ -7,9 +7,10 @@ Events go as JSON lines to the inherited pipe `N` (stdout and stderr belong to
 Keras, TensorFlow and user code) and into RUN_DIR/events.jsonl. Lines read from
 pipe `M` are commands ("stop"); end-of-file there means the supervisor is gone,
 and the worker then stops at the next batch boundary and exits. The device
-environment is applied before TensorFlow is imported. The run's lock (inherited
-as `L` from the supervisor, else taken here) is held until the process ends:
-it tells every app instance that this run is live.
+environment is applied before TensorFlow is imported; once it is loaded, the
+run's environment record (versions, file hashes: RUN_DIR/environment.json) is
+written. The run's lock (inherited as `L` from the supervisor, else taken here)
+is held until the process ends: it tells every app instance that this run is live.
 
 This entry is also the test hooks' selection point: fake GPUs
 (MGPU_GUI_FAKE_GPUS) train on as many CPU replicas, and an injected fault
