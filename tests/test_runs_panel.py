@@ -204,6 +204,7 @@ def test_compare_overlays_one_curve_per_run(qtbot, panel, store, tmp_path):
     dialog = panel.compare()
     qtbot.addWidget(dialog)
     view = dialog.view
+    qtbot.waitUntil(lambda: len(view.runs) == 2)  # read off the GUI thread
     assert view.metric_name() == "val_loss"
     assert len(view.curves) == 2
     assert len(view.legend.items) == 2

@@ -23,6 +23,7 @@ from mgpu_gui.core.events import (
     RunStarted,
     RunStatus,
 )
+from mgpu_gui.core.runs.environment import WHOLE, read_environment
 from mgpu_gui.core.runs.folder import RunDir
 from mgpu_gui.core.runs.store import RunState as StoreState
 from mgpu_gui.core.runs.store import RunStore
@@ -61,6 +62,11 @@ def test_a_killed_worker_is_reported_with_its_last_output(tmp_path):
     assert "no backup to resume from" in outcome.message and not outcome.resumable
     assert str(worker.run.run_dir.worker_log) in outcome.message  # where its output went
     assert worker.run.run_dir.path.exists()
+    # Written before the run starts, with TensorFlow loaded: versions and the data's hash.
+    environment = read_environment(worker.run.run_dir.path)
+    assert environment is not None and environment.tensorflow and environment.keras
+    (data,) = environment.files
+    assert data.role == "data" and data.sha256 and data.method == WHOLE
 
 
 def test_the_last_event_arms_the_exit_with_its_code(tmp_path):

@@ -2,7 +2,8 @@
 
 `runs` lists (filtered by --tag, --status, --search, in the Runs tab's search
 language, core/runs/search.py); `runs note ID TEXT` and `runs tag ID TAG...`
-annotate one run.
+annotate one run. `--json` adds each run's environment record (versions, file
+hashes: core/runs/environment.py) from its folder.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 
 from mgpu_gui.cli.common import add_store_argument, open_store, say_interrupted
+from mgpu_gui.core.runs.environment import read_environment
 from mgpu_gui.core.runs.search import RunQuery
 from mgpu_gui.core.runs.store import RunRecord, RunState, RunStore
 from mgpu_gui.core.runs.tags import split_tags
@@ -120,4 +122,6 @@ def _record_json(record: RunRecord) -> dict:
     data = dataclasses.asdict(record)
     data["run_dir"] = str(record.run_dir)
     data["status"] = record.status.value
+    environment = read_environment(record.run_dir)  # kept in the folder, not the store
+    data["environment"] = None if environment is None else environment.to_dict()
     return data

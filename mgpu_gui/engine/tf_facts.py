@@ -16,7 +16,7 @@ What can be known without a GPU, and how:
   version (`ncclGetVersion`). Whether an all-reduce across GPUs works needs
   two GPUs; that is not tried here.
 
-TensorFlow is imported inside `gather()` only; `engine.strategy` asks
+TensorFlow is imported inside `gather()` and `environment_versions()` only; `engine.strategy` asks
 `nccl_library` too.
 """
 
@@ -65,6 +65,17 @@ def gather() -> dict[str, Any]:
     facts["nccl_kernel"] = _nccl_kernel(facts["built_with_cuda"])
     facts.update(nccl_library())
     return facts
+
+
+def environment_versions() -> dict[str, str | None]:
+    """What a run's environment record (core.runs.environment) says of TensorFlow: its
+    version, Keras', and the CUDA and cuDNN it was built with (None: a CPU build)."""
+    import keras
+    import tensorflow as tf
+
+    build = dict(tf.sysconfig.get_build_info())
+    return {"tensorflow": tf.__version__, "keras": keras.__version__,
+            "cuda": build.get("cuda_version"), "cudnn": build.get("cudnn_version")}
 
 
 def _tf_gpus(tf: Any) -> list[dict[str, Any]]:

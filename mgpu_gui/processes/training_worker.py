@@ -7,9 +7,10 @@ Events go as JSON lines to the inherited pipe `N` (stdout and stderr belong to
 Keras, TensorFlow and user code) and into RUN_DIR/events.jsonl. Lines read from
 pipe `M` are commands ("stop"); end-of-file there means the supervisor is gone,
 and the worker then stops at the next batch boundary and exits. The device
-environment is applied before TensorFlow is imported. The run's lock (inherited
-as `L` from the supervisor, else taken here) is held until the process ends:
-it tells every app instance that this run is live.
+environment is applied before TensorFlow is imported; once it is loaded, the
+run's environment record (versions, file hashes: RUN_DIR/environment.json) is
+written. The run's lock (inherited as `L` from the supervisor, else taken here)
+is held until the process ends: it tells every app instance that this run is live.
 
 This entry is also the test hooks' selection point: fake GPUs
 (MGPU_GUI_FAKE_GPUS) train on as many CPU replicas, and an injected fault
@@ -46,6 +47,7 @@ from mgpu_gui.core.events import (
     RunStatus,
 )
 from mgpu_gui.core.runs.cluster import ClusterSpec
+from mgpu_gui.core.runs.environment import record_environment
 from mgpu_gui.core.runs.folder import RunDir
 from mgpu_gui.core.runs.lock import RunBusyError, RunLock
 
@@ -200,6 +202,19 @@ def fault_callbacks(run_dir: RunDir, channel: EventChannel) -> list[Any]:
     return [faults.fault_callback(fault, run_dir.path)]
 
 
+def record_run_environment(run_dir: RunDir, channel: EventChannel) -> None:
+    """environment.json: versions and the run's files' fingerprints. Call once TensorFlow
+    is loaded (the strategy is made); a record that cannot be written is a warning."""
+    from mgpu_gui.engine.tf_facts import environment_versions
+
+    try:
+        record_environment(run_dir.path, run_dir.read_config(), environment_versions())
+    except Exception as error:  # a missing record must never cost the run
+        channel.emit(LogMessage(message=f"The run's environment record (versions, file "
+                                        f"hashes) could not be written: {error}",
+                                level="warning"))
+
+
 def lower_priority(increment: int) -> None:
     """Yield the CPU to the GUI; call before TensorFlow starts its threads (they inherit it).
 
@@ -255,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
             strategy, cross_device_ops = make_cluster_strategy(plan, cluster)
         else:
             strategy, cross_device_ops = make_strategy(plan)
+        record_run_environment(run_dir, channel)
         extra_callbacks = fault_callbacks(run_dir, channel)
     except Exception as error:
         channel.emit(failure_event(error, started=False))

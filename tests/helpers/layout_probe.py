@@ -189,8 +189,8 @@ def dialogs(window) -> dict[str, Callable[[], QDialog]]:
     from mgpu_gui.core.tools.doctor import Facts
     from mgpu_gui.gui.dialogs.about import AboutDialog
     from mgpu_gui.gui.dialogs.doctor import DoctorDialog
-    from mgpu_gui.gui.dialogs.run_compare import ComparedRun, RunCompareDialog
-    from tests.helpers.training_events import synthetic_run
+    from mgpu_gui.gui.dialogs.run_compare import RunCompareDialog
+    from tests.helpers.compared_runs import lr_sweep
 
     def facts(name: str):
         return Facts.from_dict(json.loads((FACTS / f"{name}.json").read_text())).tf
@@ -212,10 +212,12 @@ def dialogs(window) -> dict[str, Callable[[], QDialog]]:
         return dialog
 
     def compare() -> QDialog:
-        runs = [ComparedRun.from_events(f"#{12 + i} resnet50_multi_gpu_epoch_120 "
-                                        f"({2 ** i} GPUs)", synthetic_run(seed=i, best_at=9))
-                for i in range(4)]
-        return RunCompareDialog(runs, window)
+        """A learning-rate sweep with repeated seeds: its table (one run on another
+        TensorFlow), coloured by the rate, seeds grouped."""
+        dialog = RunCompareDialog(lr_sweep(), window)
+        dialog.view.set_color_by("learning_rate")
+        dialog.view.group_check.setChecked(True)
+        return dialog
 
     def evaluation() -> QDialog:
         """20 classes with long names, a cell's samples listed."""

@@ -144,6 +144,14 @@ class RunStore:
         return UserError(f"There is no run {run_id} in the run store {self.path}; "
                          f"`mgpu-train runs` lists the runs and their ids.")
 
+    def config(self, run_id: int) -> RunConfig:
+        """The settings the run was registered with (its folder may be gone); ConfigError
+        when they name a setting this version does not know."""
+        row = self._db.execute("SELECT config FROM runs WHERE id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise self._no_run(run_id)
+        return RunConfig.from_json(row["config"])
+
     def find_dir(self, folder: Path) -> RunRecord | None:
         row = self._db.execute(f"{_RUNS} WHERE run_dir = ?",
                                (str(folder.absolute()),)).fetchone()

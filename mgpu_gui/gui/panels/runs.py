@@ -54,8 +54,9 @@ from mgpu_gui.core.runs.lock import is_live
 from mgpu_gui.core.runs.search import RunQuery
 from mgpu_gui.core.runs.store import RunRecord, RunState, RunStore
 from mgpu_gui.gui.dialogs.evaluation import EvaluationDialog, Subject
-from mgpu_gui.gui.dialogs.run_compare import ComparedRun, RunCompareDialog
+from mgpu_gui.gui.dialogs.run_compare import RunCompareDialog
 from mgpu_gui.gui.dialogs.run_notes import RunNotesDialog, known_tags
+from mgpu_gui.gui.jobs.compare_reader import CompareRequest
 from mgpu_gui.gui.jobs.runs_reader import RunsReader
 from mgpu_gui.gui.widgets.focus import return_focus_on_close
 from mgpu_gui.gui.widgets.runs_table import (
@@ -183,7 +184,9 @@ class RunsPanel(QWidget):
             "Show curves", "Show the selected run's curves in the plots (or double-click it)",
             self.show_curves)
         self.compare_action = action(
-            "Compare…", "Overlay one metric per epoch of the selected runs in a new window",
+            "Compare…", "The selected runs side by side in a new window: the settings that "
+            "differ, each metric's best and final value, their curves (repeated seeds as a "
+            "band)",
             self.compare)
         self.evaluate_action = action(
             "Evaluate…", "How good the selected run's model is: per-class figures, the "
@@ -291,9 +294,9 @@ class RunsPanel(QWidget):
         names = [short_name(r) for r in selected]
         labels = [name if names.count(name) == 1 else f"{name} (run {r.id})"
                   for name, r in zip(names, selected, strict=True)]
-        runs = [ComparedRun.from_events(label, self.store.series_events(r.id, batches=False))
-                for label, r in zip(labels, selected, strict=True)]
-        dialog = RunCompareDialog(runs, self)
+        dialog = RunCompareDialog.reading(
+            [CompareRequest(r, label) for label, r in zip(labels, selected, strict=True)],
+            self.store.path, self)
         self._keep(dialog)
         dialog.show()
         return dialog
