@@ -139,3 +139,36 @@ def test_cli_takes_quoted_words_as_separate_tags(capsys, store):
     """A tag is one word: quoting cannot make one of two."""
     assert cli_run(capsys, store, "runs", "tag", "1", "two words")[1] == (
         "Run 1 (digits): tags two, words.\n")
+
+
+def test_cli_export_writes_the_stores_epochs_and_the_runs_settings(capsys, store, tmp_path):
+    """A row per run and epoch, equal to the store's rows (floats read back exactly)."""
+    import csv
+
+    from mgpu_gui.core.events import EpochEnd
+
+    cli_run(capsys, store, "runs", "tag", "digits", "baseline")
+    out_file = tmp_path / "runs.csv"
+    code, out, err = cli_run(capsys, store, "runs", "export", "digits", "2", "-o", str(out_file))
+    with open(out_file, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    expected = [(record, event) for record in (store.get(1), store.get(2))
+                for event in store.series_events(record.id, batches=False)
+                if isinstance(event, EpochEnd)]
+    assert (code, err) == (0, "")
+    assert out == f"Wrote {len(expected)} epoch row(s) of 2 run(s) to {out_file}.\n"
+    assert len(rows) == len(expected) > 0
+    for row, (record, event) in zip(rows, expected, strict=True):
+        assert (int(row["run_id"]), row["run_name"], row["status"]) == (
+            record.id, record.name, record.status.value)
+        assert (int(row["epoch"]), float(row["t"]), float(row["learning_rate"])) == (
+            event.epoch, event.t, event.learning_rate)
+        assert {name: float(row[name]) for name in event.metrics} == event.metrics
+        config = store.config(record.id)
+        assert row["setting.learning_rate"] == str(config.learning_rate)
+        assert row["setting.image_size"] == json.dumps(list(config.image_size))
+        assert row["setting.early_stopping.patience"] == str(config.early_stopping.patience)
+    assert rows[0]["tags"] == "baseline"
+    code, _, err = cli_run(capsys, store, "runs", "export", "1", "-o",
+                           str(tmp_path / "missing" / "x.csv"))
+    assert code == 2 and err.startswith("error: cannot write ") and "Traceback" not in err

@@ -2,7 +2,8 @@
 
 `runs` lists (filtered by --tag, --status, --search, in the Runs tab's search
 language, core/runs/search.py); `runs note ID TEXT` and `runs tag ID TAG...`
-annotate one run. `--json` adds each run's environment record (versions, file
+annotate one run; `runs export ID... -o FILE.csv` writes their epochs and settings
+(core/runs/epoch_table.py). `--json` adds each run's environment record (versions, file
 hashes: core/runs/environment.py) from its folder.
 """
 
@@ -17,13 +18,14 @@ from pathlib import Path
 
 from mgpu_gui.cli.common import add_store_argument, open_store, say_interrupted
 from mgpu_gui.core.runs.environment import read_environment
+from mgpu_gui.core.runs.epoch_table import epoch_table, write_csv
 from mgpu_gui.core.runs.search import RunQuery
 from mgpu_gui.core.runs.store import RunRecord, RunState, RunStore
 from mgpu_gui.core.runs.tags import split_tags
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("runs", help="list past and running runs; note and tag them",
+    p = sub.add_parser("runs", help="list past and running runs; note, tag and export them",
                        description="Without a command: list the runs, newest first.")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.add_argument("--prune", action="store_true",
@@ -37,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="only runs whose name, model, data, note or tags contain every word; "
                         "also takes tag:T status:S name: model: data: note: words")
     add_store_argument(p)
-    actions = p.add_subparsers(dest="runs_command", metavar="{note,tag}")
+    actions = p.add_subparsers(dest="runs_command", metavar="{note,tag,export}")
     note = actions.add_parser("note", help="set a run's note (\"\" clears it)")
     note.add_argument("run", metavar="ID", help="run id, name or folder")
     note.add_argument("text", metavar="TEXT", help="the note; \"\" clears it")
@@ -46,13 +48,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     tag.add_argument("tags", nargs="+", metavar="TAG",
                      help="one word each (commas separate too)")
     tag.add_argument("--untag", action="store_true", help="take these tags off the run")
-    for command in (note, tag):
+    export = actions.add_parser(
+        "export", help="write runs' per-epoch metrics and settings to a CSV file",
+        description="One row per run and epoch: run id, name, status, tags, epoch (from 0), "
+                    "wall time, duration, samples/s, learning rate, every metric, then "
+                    "every setting as a column named setting.NAME.")
+    export.add_argument("runs", nargs="+", metavar="ID", help="run ids, names or folders")
+    export.add_argument("-o", "--output", type=Path, required=True, metavar="FILE.csv",
+                        help="the CSV file to write (replaced if it exists)")
+    for command in (note, tag, export):
         add_store_argument(command)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     store = open_store(args)
+    if args.runs_command == "export":
+        return _export(store, args)
     if args.runs_command is not None:
         return _annotate(store, args)
     say_interrupted(store.reconcile())
@@ -81,6 +93,14 @@ def _annotate(store: RunStore, args: argparse.Namespace) -> int:
         record = store.tag(run_id, split_tags(" ".join(args.tags)), untag=args.untag)
         print(f"Run {record.id} ({record.name}): tags "
               f"{', '.join(record.tags) if record.tags else 'none'}.")
+    return 0
+
+
+def _export(store: RunStore, args: argparse.Namespace) -> int:
+    run_ids = list(dict.fromkeys(store.resolve(ref).id for ref in args.runs))
+    table = epoch_table(store, run_ids)
+    write_csv(table, args.output)
+    print(f"Wrote {len(table.rows)} epoch row(s) of {len(run_ids)} run(s) to {args.output}.")
     return 0
 
 
