@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -347,8 +348,12 @@ def test_demo_acceptance_run(tmp_path):
     exe = shutil.which("mgpu-train", path=os.path.dirname(sys.executable))
     assert exe is not None, "the mgpu-train console script is not installed next to Python"
     out_dir = tmp_path / "runs"
-    done = subprocess.run([exe, "--replicas", "2", "--epochs", "10", "-o", str(out_dir)],
-                          capture_output=True, text=True, timeout=300)
+    told = tmp_path / "told.json"  # the on-finish command: what it was told, then it fails
+    hook = shlex.join([sys.executable, "-c", "import json, os, sys; json.dump({k: v for k, v "
+                       f"in os.environ.items() if k.startswith('MGPU_RUN_')}}, open({str(told)!r}"
+                       ", 'w')); print('mail server down'); sys.exit(3)"])
+    done = subprocess.run([exe, "--replicas", "2", "--epochs", "10", "-o", str(out_dir),
+                           "--on-finish", hook], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "num_replicas_in_sync = 2" in done.stdout
     assert "Global batch 128" in done.stdout
@@ -357,6 +362,16 @@ def test_demo_acceptance_run(tmp_path):
     epochs = [e for e in run_dir.events() if isinstance(e, EpochEnd)]
     assert len(epochs) == 10
     assert epochs[-1].metrics["val_accuracy"] >= 0.95, epochs[-1].metrics
+
+    # The hook ran once, told about this run; its failure is logged, the run completed.
+    environment = json.loads(told.read_text())
+    assert environment["MGPU_RUN_STATUS"] == "completed"
+    assert environment["MGPU_RUN_FOLDER"] == str(folder) and environment["MGPU_RUN_ID"]
+    assert environment["MGPU_RUN_BEST"].startswith("val_loss ")
+    assert "(epoch " in environment["MGPU_RUN_BEST"]
+    logged = run_dir.worker_log.read_text()
+    assert logged.count("On-finish command") == 1
+    assert "failed (exit 3); it said: mail server down" in logged
 
     model_path = run_dir.export_path("keras")
     code = ("import keras, numpy as np; "

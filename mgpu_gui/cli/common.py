@@ -30,7 +30,7 @@ from mgpu_gui.core.config import (
     ReduceLROnPlateauConfig,
     RunConfig,
 )
-from mgpu_gui.core.errors import UserError, WeightsUnavailable
+from mgpu_gui.core.errors import ConfigError, UserError, WeightsUnavailable
 from mgpu_gui.core.events import (
     EvaluationDone,
     EvaluationFailed,
@@ -42,6 +42,7 @@ from mgpu_gui.core.events import (
 )
 from mgpu_gui.core.eventtext import finished_line
 from mgpu_gui.core.modelfiles.builtins import ARCHITECTURES, NO_WEIGHTS
+from mgpu_gui.core.runs.finish_hook import parse_command
 from mgpu_gui.core.runs.store import RunRecord, RunStore
 from mgpu_gui.core.runs.storedb import StoreError
 from mgpu_gui.core.tools.evaluate_job import EvaluateJob, EvaluateRequest, PredictRequest
@@ -55,7 +56,7 @@ FLAGS = {  # RunConfig fields as the flags a CLI user typed
     "devices.replicas": "--replicas", "devices.gpus": "--gpus", "image_size": "--image-size",
     "rescale": "--rescale", "export_formats": "--export", "custom_objects": "--custom-objects",
     "builder": "--builder", "pretrained": "--pretrained", "augment": "--augment",
-    "cache": "--cache",
+    "cache": "--cache", "on_finish": "--on-finish",
     "early_stopping.patience": "--es-patience", "reduce_lr.patience": "--rl-patience",
     "reduce_lr.factor": "--rl-factor", "precision": "--precision", "jit_compile": "--xla",
     "lr_scaling.warmup_epochs": "--warmup-epochs",
@@ -146,6 +147,11 @@ def add_train_arguments(p: argparse.ArgumentParser, *, hidden: Collection[str] =
         help="where decoded samples are kept between epochs: auto (in memory when they fit "
              "1 GiB, else an image folder's on local disk in the run folder), memory, disk "
              "(image folders), off (decode every epoch) (default auto)")
+    add(p, "--on-finish", metavar="CMD",
+        help="run CMD when the run ends (completed, stopped or failed), e.g. for mail or "
+             "chat: split into words as a shell would, run without a shell, stopped after "
+             "30 s; MGPU_RUN_ID, _NAME, _STATUS, _FOLDER and _BEST in its environment. A "
+             "--config file's command is never run unless given here")
     add(p, "--sync-bn", dest="sync_batchnorm", action="store_true",
         help="synchronize BatchNormalization statistics across replicas")
     add(p, "--seed", type=int, help=f"default {d.seed}")
@@ -186,7 +192,16 @@ def add_store_argument(p: argparse.ArgumentParser,
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     """RunConfig from --config (if any) with the flags given on top."""
     base = RunConfig.from_json(args.config.read_text()) if args.config else RunConfig()
-    changes = {}
+    changes: dict = {}
+    if base.on_finish and args.on_finish is None:  # a shared file runs nothing unasked
+        print(f"warning: {args.config} names an on-finish command ({shlex.join(base.on_finish)})"
+              "; it is not run unless given with --on-finish", file=sys.stderr)
+        changes["on_finish"] = ()
+    if args.on_finish is not None:
+        try:
+            changes["on_finish"] = parse_command(args.on_finish)
+        except ValueError as error:
+            raise ConfigError([("on_finish", str(error))]) from None
     for name in ("model", "data", "validation_data", "validation_split", "batch_per_replica",
                  "epochs", "optimizer", "learning_rate", "loss", "rescale", "seed",
                  "output_dir", "run_name", "custom_objects", "precision", "builder",

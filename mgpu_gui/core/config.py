@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -112,6 +113,8 @@ class RunConfig:
     rescale: float = DEFAULT_RESCALE  # not used by a built-in: see `input_rescale`
     augment: str = ""  # image folders: training images varied at random (core.augment)
     cache: str = "auto"  # one of CACHE_MODES
+    # Run when the run ends (core/runs/finish_hook.py): an argument list, never a shell.
+    on_finish: tuple[str, ...] = ()
     sync_batchnorm: bool = False
     seed: int | None = 42
     output_dir: str = "~/mgpu-runs"
@@ -144,7 +147,7 @@ class RunConfig:
             values["reduce_lr"] = ReduceLROnPlateauConfig(**values["reduce_lr"])
         if "lr_scaling" in values:
             values["lr_scaling"] = LRScalingConfig(**values["lr_scaling"])
-        for name in ("metrics", "export_formats", "image_size"):
+        for name in ("metrics", "export_formats", "image_size", "on_finish"):
             if name in values:
                 values[name] = tuple(values[name])
         return cls(**values)
@@ -211,6 +214,9 @@ class RunConfig:
             found.append(("rescale", f"must be positive, got {self.rescale}"))
         found += _augment_problems(self.augment, self.data)
         found += _cache_problems(self.cache, self.data)
+        if self.on_finish and shutil.which(self.on_finish[0]) is None:
+            found.append(("on_finish", f"the on-finish command {self.on_finish[0]!r} is not "
+                                       "an executable file nor on the PATH"))
         for fmt in self.export_formats:
             if fmt not in EXPORT_FORMATS:
                 found.append(("export_formats",

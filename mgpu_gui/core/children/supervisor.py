@@ -37,6 +37,7 @@ from mgpu_gui.core.events import (
 )
 from mgpu_gui.core.eventtext import is_startup_noise
 from mgpu_gui.core.runs import claims, preflight
+from mgpu_gui.core.runs.finish_hook import FinishedRun, run_finish_command
 from mgpu_gui.core.runs.folder import RunDir, create_run_dir
 from mgpu_gui.core.runs.lock import RunLock
 from mgpu_gui.core.runs.store import RunRecorder, RunStore
@@ -362,7 +363,17 @@ class WorkerProcess:
                     self._recorder.discard()
                 self._recorder = None
             self._outcome = outcome
+            if point.exists and self.run.config.on_finish and not self.run.temporary:
+                said = run_finish_command(self.run.config.on_finish, self._finished(outcome))
+                _append_line(self.run.run_dir.worker_log, said)
         return self._outcome
+
+    def _finished(self, outcome: RunOutcome) -> FinishedRun:
+        ended = next((e for e in reversed(outcome.events) if isinstance(e, RunFinished)), None)
+        best = ("" if ended is None or ended.best_epoch is None or ended.best_value is None else
+                f"{ended.best_metric} {ended.best_value:.4g} (epoch {ended.best_epoch + 1})")
+        return FinishedRun(self.run.run_id, self.run.run_dir.path.name, outcome.status,
+                           self.run.run_dir.path, best)
 
     def _find_outcome(self) -> RunOutcome:
         code = self.wait()
