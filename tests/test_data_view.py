@@ -127,6 +127,8 @@ def test_preview_opens_the_data_view_filled_with_the_figures(qtbot, panel, folde
     assert dialog is not None and dialog.isVisible()
     view = dialog.view
     assert view.status.text() == "Counting the classes…"
+    # The click only shows the headline; the content and the child follow its paint.
+    assert not view.built and not dialog.loader.is_running()
     with qtbot.waitSignal(dialog.loader.finished, timeout=10_000):
         pass
     assert view.overview.stage is Stage.DONE and not dialog.loader.is_running()

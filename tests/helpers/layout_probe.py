@@ -270,6 +270,7 @@ def dialogs(window) -> dict[str, Callable[[], QDialog]]:
                 Image.new("RGB", (20 + 7 * (i % 5), 16 + 3 * (i % 4)), (40 * i % 255, 90, 160)
                           ).save(folder / f"class_{k:02d}_with_a_long_folder_name" / f"{i}.png")
         dialog = DataViewDialog(str(folder), (224, 224), window)
+        dialog.show()  # it loads once on screen
         view = dialog.view
         wait_until(lambda: view.overview is not None and view.overview.stage is Stage.DONE)
         dialog.loader.shutdown()
