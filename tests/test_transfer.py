@@ -196,3 +196,33 @@ def test_cli_refuses_transfer_learning_without_a_backbone_before_anything_starts
     assert code != 0
     assert "--freeze-epochs: 3 frozen epoch(s) leave none of the 3 to fine-tune" in err
     assert "--unfreeze: give a number of layers (1 or more) or 'all', got 'top'" in err
+
+
+def test_curves_mark_where_fine_tuning_began_live_and_for_a_past_run(qtbot):
+    from mgpu_gui.core.series import XAxis
+    from mgpu_gui.gui.panels.curves import CurvesPanel
+    from tests.helpers.training_events import synthetic_run
+
+    panel = CurvesPanel()
+    qtbot.addWidget(panel)
+    events = synthetic_run(epochs=6, steps=10, every=2)
+    stage = StageStarted(stage=2, first_epoch=3, epochs=6, trainable_params=10,
+                         learning_rate=1e-4, t=events[0].t)
+    at = next(i for i, e in enumerate(events) if isinstance(e, EpochEnd) and e.epoch == 2) + 1
+    for event in [*events[:at], stage, *events[at:]]:
+        panel.handle_event(event)
+    lines = [panel._plots[f].stage_line for f in panel.families()] + [panel._lr_stage]
+    assert all(line.isVisible() and line.value() == 3.0 for line in lines)
+    assert lines[0].label.toPlainText() == "fine-tuning from epoch 4"
+    panel.set_x_axis(XAxis.STEP)
+    assert panel._plots["loss"].stage_line.value() == 30.0  # 3 epochs of 10 steps
+    panel.set_x_axis(XAxis.WALL)
+    end_of_frozen = panel.series("val_loss")[0][2]
+    assert panel._plots["loss"].stage_line.value() == pytest.approx(end_of_frozen)
+
+    panel.load_events(events)  # a past run: its stored events hold no StageStarted
+    assert not panel._plots["loss"].stage_line.isVisible()
+    panel.mark_fine_tuning(3)
+    assert panel._plots["loss"].stage_line.isVisible()
+    assert panel.fine_tune_x() == pytest.approx(end_of_frozen)
+    panel.shutdown()
