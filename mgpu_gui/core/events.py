@@ -214,9 +214,9 @@ class ExportReloaded(Event):
 
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
-    for cls in (RunStarted, BatchEnd, EpochEnd, StageStarted, LogMessage, ClusterFormed, CheckpointSaved,
-                ModelExported, Evaluated, RunFinished, RunFailed, ExportDone, ExportFailed,
-                ExportReloaded)
+    for cls in (RunStarted, BatchEnd, EpochEnd, StageStarted, LogMessage, ClusterFormed,
+                CheckpointSaved, ModelExported, Evaluated, RunFinished, RunFailed, ExportDone,
+                ExportFailed, ExportReloaded)
 }
 
 

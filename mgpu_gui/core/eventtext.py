@@ -17,8 +17,8 @@ from mgpu_gui.core.events import (
     RunStatus,
     StageStarted,
 )
-from mgpu_gui.core.modelfiles.compile_facts import CompileSource, optimizer_text
 from mgpu_gui.core.lr_schedule import format_lr
+from mgpu_gui.core.modelfiles.compile_facts import CompileSource, optimizer_text
 from mgpu_gui.core.progress import format_metrics, format_rate
 
 
