@@ -226,3 +226,32 @@ def test_curves_mark_where_fine_tuning_began_live_and_for_a_past_run(qtbot):
     assert panel._plots["loss"].stage_line.isVisible()
     assert panel.fine_tune_x() == pytest.approx(end_of_frozen)
     panel.shutdown()
+
+
+def test_run_setup_offers_freezing_for_a_model_with_a_backbone_only(panel):
+    panel.model_edit.setText("demo")
+    assert not panel.freeze_spin.isEnabled()
+    panel.freeze_spin.setValue(2)
+    assert panel.build_config().freeze_epochs == 0  # kept for the next model with one
+    panel.model_edit.setText("mobilenet_v3_small")
+    panel.pretrained_combo.setCurrentText("imagenet")
+    assert panel.freeze_spin.isEnabled() and panel.unfreeze_combo.isEnabled()
+    panel.unfreeze_combo.setCurrentText("20")
+    panel.fine_tune_lr_edit.setText("1e-5")
+    config = panel.build_config()
+    assert (config.freeze_epochs, config.unfreeze, config.fine_tune_lr) == (2, "20", 1e-5)
+    assert panel.sections["schedule"].note.text() == "2 frozen, then fine-tune"
+    panel.pretrained_combo.setCurrentText("none")  # nothing pretrained to keep frozen
+    assert not panel.freeze_spin.isEnabled() and not panel.fine_tune_lr_edit.isEnabled()
+    panel.pretrained_combo.setCurrentText("imagenet")
+    panel.epochs_spin.setValue(2)
+    panel.fine_tune_lr_edit.setText("fast")
+    panel.check_now()
+    problems = panel.problems()
+    assert "leave none of the 2 to fine-tune" in problems["freeze_epochs"]
+    assert problems["fine_tune_lr"].startswith("fast is not a number")
+    assert panel.freeze_spin.property("invalid") is True
+    assert panel.fine_tune_lr_edit.property("invalid") is True
+    panel.set_config(config)
+    assert (panel.freeze_spin.value(), panel.unfreeze_combo.currentText(),
+            panel.fine_tune_lr_edit.text()) == (2, "20", "1e-05")
