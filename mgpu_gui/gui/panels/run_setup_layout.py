@@ -369,10 +369,11 @@ class RunSetupLayout(QWidget):
         self.unfreeze_combo.setEditable(True)
         self.unfreeze_combo.addItems([ALL_LAYERS, "10", "20", "50"])
         self.unfreeze_combo.setMinimumContentsLength(4)
-        self.unfreeze_combo.lineEdit().setAccessibleName("Layers to fine-tune")
         self._name(self.unfreeze_combo, "Layers to fine-tune",
                    "After the frozen epochs: fine-tune all of the backbone's layers, or its "
                    "top N. Its BatchNorm layers stay frozen either way (in inference mode).")
+        self._name(self.unfreeze_combo.lineEdit(), "Layers to fine-tune",
+                   self.unfreeze_combo.toolTip())
         self.fine_tune_lr_edit = QLineEdit()
         self.fine_tune_lr_edit.setPlaceholderText("LR / 10")
         self.fine_tune_lr_edit.setMaximumWidth(
