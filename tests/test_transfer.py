@@ -117,6 +117,7 @@ def weights(path: Path) -> dict[str, np.ndarray]:
     return found
 
 
+@pytest.mark.slow
 def test_frozen_then_fine_tuned_with_batchnorm_kept_and_resumed_in_stage_2(
         host, files, tmp_path):
     run = start(files, "tiny", tmp_path)
@@ -172,6 +173,7 @@ def test_frozen_then_fine_tuned_with_batchnorm_kept_and_resumed_in_stage_2(
     assert int(final["optimizer/vars/0"]) == 2 * STEPS
 
 
+@pytest.mark.slow
 def test_a_model_without_a_backbone_fails_before_training(host, files, tmp_path):
     code, events = host.run(start(files, "plain", tmp_path))
     assert code != 0
