@@ -59,7 +59,9 @@ FLAGS = {  # RunConfig fields as the flags a CLI user typed
     "cache": "--cache", "on_finish": "--on-finish",
     "early_stopping.patience": "--es-patience", "reduce_lr.patience": "--rl-patience",
     "reduce_lr.factor": "--rl-factor", "precision": "--precision", "jit_compile": "--xla",
-    "lr_scaling.warmup_epochs": "--warmup-epochs",
+    "lr_scaling.warmup_epochs": "--warmup-epochs", "lr_scaling.enabled": "--scale-lr",
+    "freeze_epochs": "--freeze-epochs", "unfreeze": "--unfreeze",
+    "fine_tune_lr": "--fine-tune-lr",
 }
 
 
@@ -130,6 +132,16 @@ def add_train_arguments(p: argparse.ArgumentParser, *, hidden: Collection[str] =
              "batch), reached by a linear warm-up")
     add(p, "--warmup-epochs", type=int,
         help=f"warm-up epochs for --scale-lr (default {d.lr_scaling.warmup_epochs})")
+    add(p, "--freeze-epochs", type=int, metavar="N",
+        help="transfer learning in one run: train the new head for N epochs with the "
+             "backbone (a built-in's pretrained one, or a nested model named 'backbone') "
+             "frozen, then fine-tune it for the rest of --epochs, the total (default 0: off)")
+    add(p, "--unfreeze", metavar="K|all",
+        help="after the frozen epochs, fine-tune the top K layers of the backbone, or all "
+             "(BatchNorm layers stay frozen; default all)")
+    add(p, "--fine-tune-lr", dest="fine_tune_lr", type=float, metavar="LR",
+        help="the learning rate of the fine-tuning epochs (default: a tenth of the first "
+             "stage's, e.g. --lr / 10)")
     add(p, "--precision", choices=PRECISIONS,
         help="mixed precision: mixed_bfloat16 needs GPUs of compute capability >= 8.0, "
              "mixed_float16 >= 7.0 (with loss scaling) to be faster; the export is float32 "
@@ -205,7 +217,8 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     for name in ("model", "data", "validation_data", "validation_split", "batch_per_replica",
                  "epochs", "optimizer", "learning_rate", "loss", "rescale", "seed",
                  "output_dir", "run_name", "custom_objects", "precision", "builder",
-                 "pretrained", "augment", "cache"):
+                 "pretrained", "augment", "cache", "freeze_epochs", "unfreeze",
+                 "fine_tune_lr"):
         value = getattr(args, name)
         if value is not None:
             changes[name] = value

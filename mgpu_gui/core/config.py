@@ -18,7 +18,7 @@ from typing import Any
 
 from mgpu_gui.core.augment import AugmentSpecError, parse_augment
 from mgpu_gui.core.errors import ConfigError
-from mgpu_gui.core.modelfiles.builtins import architecture, pretrained_problem
+from mgpu_gui.core.modelfiles.builtins import NO_WEIGHTS, architecture, pretrained_problem
 from mgpu_gui.core.plain import to_plain
 
 DEMO = "demo"
@@ -31,6 +31,8 @@ PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 # else an image folder's on local disk in the run folder, else nowhere.
 CACHE_MODES = ("auto", "memory", "disk", "off")
 DEFAULT_RESCALE = 1.0 / 255.0
+ALL_LAYERS = "all"
+FINE_TUNE_LR_DIVISOR = 10  # the default fine-tune LR is the stage-1 LR over this
 
 
 class DeviceKind(StrEnum):
@@ -116,6 +118,13 @@ class RunConfig:
     # Run when the run ends (core/runs/finish_hook.py): an argument list, never a shell.
     on_finish: tuple[str, ...] = ()
     sync_batchnorm: bool = False
+    # Transfer learning as one run (engine/transfer.py): the first `freeze_epochs` of
+    # `epochs` train the head with the backbone frozen, the rest fine-tune the backbone's
+    # top `unfreeze` layers ("all" or a count) at `fine_tune_lr` (None: a tenth of the
+    # stage-1 learning rate). 0: off. Needs a nested model named "backbone".
+    freeze_epochs: int = 0
+    unfreeze: str = ALL_LAYERS
+    fine_tune_lr: float | None = None
     seed: int | None = 42
     output_dir: str = "~/mgpu-runs"
     run_name: str | None = None
@@ -164,6 +173,12 @@ class RunConfig:
         """What the pipeline multiplies pixels by: 1 for a built-in architecture, whose
         own preprocessing inside the model takes raw 0-255 pixels (so does its export)."""
         return 1.0 if architecture(self.model) is not None else self.rescale
+
+    @property
+    def unfreeze_layers(self) -> int | None:
+        """How many of the backbone's top layers stage 2 trains; None: all of them."""
+        text = str(self.unfreeze).strip().lower()
+        return None if text == ALL_LAYERS else int(text)
 
     # -- validation ----------------------------------------------------
     def problems(self) -> list[tuple[str, str]]:
@@ -240,6 +255,7 @@ class RunConfig:
                           f"warm-up epochs (or more epochs)"))
         if self.batch_event_interval_s < 0:
             found.append(("batch_event_interval_s", "must be 0 or more"))
+        found += _transfer_problems(self)
         return found
 
     def check(self) -> None:
@@ -308,6 +324,37 @@ def _pretrained_problems(config: RunConfig) -> list[tuple[str, str]]:
     if config.rescale != DEFAULT_RESCALE and config.rescale != 1.0:
         found.append(("rescale", f"{arch.name} takes raw 0-255 pixels and normalises them "
                                  "itself; leave the rescale at its default"))
+    return found
+
+
+def _transfer_problems(config: RunConfig) -> list[tuple[str, str]]:
+    freeze = config.freeze_epochs
+    if freeze == 0:
+        return []
+    if freeze < 0:
+        return [("freeze_epochs", f"must be 0 (off) or more, got {freeze}")]
+    found = []
+    arch = architecture(config.model)
+    if config.model == DEMO or (arch is not None and not arch.has_imagenet):
+        found.append(("freeze_epochs", f"{config.model} has no pretrained backbone to freeze; "
+                      "pick a built-in architecture with pretrained weights, or a model file "
+                      "with a nested model named 'backbone'"))
+    elif arch is not None and config.pretrained == NO_WEIGHTS:
+        found.append(("freeze_epochs", "a backbone trained from scratch has nothing to keep "
+                      "frozen; use pretrained weights, or set freeze epochs to 0"))
+    if freeze >= config.epochs:
+        found.append(("freeze_epochs", f"{freeze} frozen epoch(s) leave none of the "
+                      f"{config.epochs} to fine-tune; use fewer freeze epochs or more epochs "
+                      "(epochs is the total of both stages)"))
+    text = str(config.unfreeze).strip().lower()
+    if text != ALL_LAYERS and not (text.isdigit() and int(text) > 0):
+        found.append(("unfreeze", f"give a number of layers (1 or more) or '{ALL_LAYERS}', "
+                                  f"got {config.unfreeze!r}"))
+    if config.fine_tune_lr is not None and not config.fine_tune_lr > 0:
+        found.append(("fine_tune_lr", f"must be positive, got {config.fine_tune_lr}"))
+    if config.lr_scaling.enabled:
+        found.append(("lr_scaling.enabled", "the linear scaling rule's warm-up and transfer "
+                      "learning's two stages are not combined yet; turn one of them off"))
     return found
 
 

@@ -108,6 +108,21 @@ class EpochEnd(Event):
 
 
 @dataclass(frozen=True)
+class StageStarted(Event):
+    """A transfer-learning run (RunConfig.freeze_epochs) begins one of its two stages: 1
+    trains the head with the backbone frozen, 2 fine-tunes the backbone's top layers."""
+
+    type: ClassVar[str] = "stage_started"
+    stage: int  # 1 or 2
+    first_epoch: int  # 0-based: the stage's first epoch
+    epochs: int  # the run's total
+    trainable_params: int
+    learning_rate: float | None  # None: a schedule of the model file's
+    unfrozen_layers: int = 0  # stage 2: the backbone layers it trains (BatchNorm excluded)
+    backbone_layers: int = 0  # all of the backbone's layers
+
+
+@dataclass(frozen=True)
 class LogMessage(Event):
     type: ClassVar[str] = "log"
     message: str
@@ -199,9 +214,9 @@ class ExportReloaded(Event):
 
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
-    for cls in (RunStarted, BatchEnd, EpochEnd, LogMessage, ClusterFormed, CheckpointSaved,
-                ModelExported, Evaluated, RunFinished, RunFailed, ExportDone, ExportFailed,
-                ExportReloaded)
+    for cls in (RunStarted, BatchEnd, EpochEnd, StageStarted, LogMessage, ClusterFormed,
+                CheckpointSaved, ModelExported, Evaluated, RunFinished, RunFailed, ExportDone,
+                ExportFailed, ExportReloaded)
 }
 
 

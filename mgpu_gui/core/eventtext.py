@@ -15,7 +15,9 @@ from mgpu_gui.core.events import (
     RunFinished,
     RunStarted,
     RunStatus,
+    StageStarted,
 )
+from mgpu_gui.core.lr_schedule import format_lr
 from mgpu_gui.core.modelfiles.compile_facts import CompileSource, optimizer_text
 from mgpu_gui.core.progress import format_metrics, format_rate
 
@@ -28,6 +30,8 @@ def event_lines(event: Event, *, verbose: bool = False) -> list[str]:
         best = "  * best" if event.best else ""
         return [f"Epoch {event.epoch + 1}/{event.epochs}  {format_metrics(event.metrics)}"
                 f"  ({event.duration_s:.1f} s, {format_rate(event.samples_per_s)}){best}"]
+    if isinstance(event, StageStarted):
+        return [stage_line(event)]
     if isinstance(event, LogMessage):
         if event.level == "debug" and not verbose:
             return []
@@ -64,6 +68,20 @@ def started_lines(e: RunStarted) -> list[str]:
         *([f"Optimizer: {optimizer_text(e.optimizer, e.learning_rate, source, e.file_optimizer)}"]
           if e.optimizer else []),
     ]
+
+
+def stage_line(e: StageStarted) -> str:
+    """What a transfer-learning stage trains, and from which epoch."""
+    lr = "" if e.learning_rate is None else f", learning rate {format_lr(e.learning_rate)}"
+    if e.stage == 1:
+        what = "the head, with the backbone frozen"
+    else:
+        layers = ("all" if e.unfrozen_layers >= e.backbone_layers else
+                  f"the top {e.unfrozen_layers} of {e.backbone_layers}")
+        what = (f"fine-tuning {layers} layers of the backbone (BatchNorm layers stay frozen, "
+                "in inference mode)")
+    return (f"Stage {e.stage} of 2 from epoch {e.first_epoch + 1} of {e.epochs}: {what}; "
+            f"{e.trainable_params:,} trainable parameters{lr}.")
 
 
 NOTHING_TO_RESUME = "Stopped before the first epoch; nothing to resume."

@@ -18,7 +18,14 @@ from enum import StrEnum
 
 import numpy as np
 
-from mgpu_gui.core.events import BatchEnd, EpochEnd, Event, RunFinished, RunStarted
+from mgpu_gui.core.events import (
+    BatchEnd,
+    EpochEnd,
+    Event,
+    RunFinished,
+    RunStarted,
+    StageStarted,
+)
 
 LR_NAMES = ("learning_rate", "lr")  # Keras may log the LR as a metric: not a metric family
 X_EPOCH, X_STEP, X_WALL, Y = range(4)
@@ -117,6 +124,9 @@ class SeriesStore:
         self.best_epoch: int | None = None  # 0-based, as in the events
         self.best_metric: str | None = None
         self._best_changed = True
+        # A transfer-learning run's first fine-tune epoch (0-based), where its curves mark
+        # the stages' boundary: from its StageStarted, or a past run's config.
+        self.fine_tune_epoch: int | None = None
 
     # -- reading -----------------------------------------------------------------
 
@@ -146,6 +156,23 @@ class SeriesStore:
             if len(hits):
                 x, y = self.xy(name, axis)
                 return float(x[hits[-1]]), float(y[hits[-1]]), name.removesuffix(":epoch")
+        return None
+
+    def fine_tune_x(self, axis: XAxis) -> float | None:
+        """Where the fine-tuning stage begins against `axis`: the end of the last frozen
+        epoch (by wall time, once an epoch-end point shows when that was)."""
+        epoch = self.fine_tune_epoch
+        if epoch is None:
+            return None
+        if axis is XAxis.EPOCH:
+            return float(epoch)
+        if axis is XAxis.STEP:
+            return float(epoch * max(self.steps, 1))
+        for name, buffer in self._series.items():
+            if name.endswith(":epoch") or name.startswith("val_"):
+                hits = np.flatnonzero(buffer.column(X_EPOCH) == float(epoch))
+                if len(hits):
+                    return float(buffer.column(X_WALL)[hits[-1]]) / 60.0
         return None
 
     def take_changed(self) -> set[str]:
@@ -194,6 +221,8 @@ class SeriesStore:
                 self._append("learning_rate", *xs, lr)
             if event.best:
                 self.best_epoch, self._best_changed = event.epoch, True
+        elif isinstance(event, StageStarted) and event.stage == 2:
+            self.fine_tune_epoch, self._best_changed = event.first_epoch, True
         elif isinstance(event, RunFinished) and event.best_epoch is not None:
             self.best_epoch, self.best_metric = event.best_epoch, event.best_metric
             self._best_changed = True

@@ -69,7 +69,10 @@ def build_builtin(arch: Architecture, pretrained: str | None, input_shape: tuple
         if not preprocesses:
             x = layers.Rescaling(1.0 / 127.5, offset=-1.0, name="preprocess")(x)
         backbone = _backbone(arch, make, preprocesses, shape, weights, log)
-        features = backbone(x)
+        # Pretrained: BatchNorm keeps the statistics it learned (inference mode) also when
+        # the backbone is fine-tuned (the Keras transfer-learning guide; transfer.py). From
+        # scratch its statistics must be learned, so it is called in training mode then.
+        features = backbone(x, training=False) if weights != NO_WEIGHTS else backbone(x)
     x = layers.Dropout(HEAD_DROPOUT, name="head_dropout")(features)
     outputs = layers.Dense(num_classes, activation="softmax", name="classes")(x)
     model = keras.Model(inputs, outputs, name=arch.name)

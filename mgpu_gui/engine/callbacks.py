@@ -211,9 +211,12 @@ class EpochCheckpoints(keras.callbacks.Callback):
     async_safe = True
 
     def __init__(self, backup: Path, last: Path, best: Path, *, monitor: str,
-                 best_so_far: float | None):
+                 best_so_far: float | None, restore_after: int = 0):
         super().__init__()
         self.backup, self.last, self.best = backup, last, best
+        # A backup of this many epochs or fewer is an earlier stage's (transfer.py): its
+        # optimizer state does not fit this fit's model.
+        self.restore_after = restore_after
         self.monitor = monitor
         self.best_value = math.inf if best_so_far is None else best_so_far
         self.saved: dict[int, list[tuple[str, Path]]] = {}  # epoch -> (kind, path), for events
@@ -222,28 +225,7 @@ class EpochCheckpoints(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         for folder in (self.backup, self.last.parent, self.best.parent):
             ckpt.remove_temp_files(folder)
-        state = ckpt.read_backup(self.backup)
-        if state is None or state.epoch == 0:
-            return
-        if state.model is None or not state.model.is_file():
-            raise ckpt.BackupError(
-                f"The backup in {self.backup} says {state.epoch} epoch(s) are done but the "
-                f"model file it names ({state.model or 'none'}) is missing, so the run cannot "
-                f"resume. Start a new run; checkpoints/last.keras, if present, holds the last "
-                f"completed epoch.")
-        optimizer = self.model.optimizer
-        if optimizer is not None and not optimizer.built:
-            with self.model.distribute_strategy.scope():
-                optimizer.build(self.model.trainable_variables)
-        try:
-            # From a `.keras` file this restores the optimizer's state too (its step
-            # count, moments and learning rate), not only the weights.
-            self.model.load_weights(state.model)
-        except Exception as error:  # Keras raises many types for a bad file
-            raise ckpt.BackupError(
-                f"The backup of epoch {state.epoch} ({state.model}) cannot be read: "
-                f"{type(error).__name__}: {error}. Start a new run.") from error
-        ckpt.prune_backup(self.backup, state.model)  # epochs saved but never committed
+        restore_backup(self.model, self.backup, after=self.restore_after)
 
     def on_epoch_end(self, epoch, logs=None):
         if not _all_finite(self.model):
@@ -265,6 +247,34 @@ class EpochCheckpoints(keras.callbacks.Callback):
         self.writing = epoch
         ckpt.commit_backup(self.backup, epoch + 1)
         self.writing = None
+
+
+def restore_backup(model: keras.Model, backup: Path, *, after: int = 0) -> int:
+    """Load the backup's model file into `model`, weights and optimizer state, when it holds
+    more than `after` epochs; returns the epochs it holds."""
+    state = ckpt.read_backup(backup)
+    if state is None or state.epoch <= after:
+        return 0 if state is None else state.epoch
+    if state.model is None or not state.model.is_file():
+        raise ckpt.BackupError(
+            f"The backup in {backup} says {state.epoch} epoch(s) are done but the "
+            f"model file it names ({state.model or 'none'}) is missing, so the run cannot "
+            f"resume. Start a new run; checkpoints/last.keras, if present, holds the last "
+            f"completed epoch.")
+    optimizer = model.optimizer
+    if optimizer is not None and not optimizer.built:
+        with model.distribute_strategy.scope():
+            optimizer.build(model.trainable_variables)
+    try:
+        # From a `.keras` file this restores the optimizer's state too (its step
+        # count, moments and learning rate), not only the weights.
+        model.load_weights(state.model)
+    except Exception as error:  # Keras raises many types for a bad file
+        raise ckpt.BackupError(
+            f"The backup of epoch {state.epoch} ({state.model}) cannot be read: "
+            f"{type(error).__name__}: {error}. Start a new run.") from error
+    ckpt.prune_backup(backup, state.model)  # epochs saved but never committed
+    return state.epoch
 
 
 class CommitBackup(keras.callbacks.Callback):

@@ -297,12 +297,18 @@ def _override_optimizer(model: keras.Model, config: RunConfig, log: Log) -> None
     """Compile a compiled model again with the run's optimizer and learning rate; its loss
     and metrics stay, its optimizer (and the state saved for it) goes."""
     replaced = optimizer_in_use(model)[0]
-    compile_config = model.get_compile_config()
-    compile_config["optimizer"] = keras.optimizers.serialize(_run_optimizer(config))
-    model.compile_from_config(compile_config)
+    recompile(model, _run_optimizer(config))
     log(f"overriding the file's compile settings: {optimizer_in_use(model)[0]}"
         f"(learning_rate={config.learning_rate}) instead of {replaced}; the file's loss "
         f"({describe_loss(model.loss)}) and metrics are kept")
+
+
+def recompile(model: keras.Model, optimizer: keras.optimizers.Optimizer) -> None:
+    """Compile a compiled model again with `optimizer`; its loss and metrics stay. Call
+    inside the strategy's scope."""
+    compile_config = model.get_compile_config()
+    compile_config["optimizer"] = keras.optimizers.serialize(optimizer)
+    model.compile_from_config(compile_config)
 
 
 def _auto_loss(model: keras.Model, log: Log) -> Any:

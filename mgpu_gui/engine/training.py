@@ -38,7 +38,7 @@ from mgpu_gui.core.modelfiles.compile_facts import CompileSource
 from mgpu_gui.core.runs import checkpoints as ckpt
 from mgpu_gui.core.runs.folder import RunDir
 from mgpu_gui.core.runs.preflight import data_sources, loss_is_classifier
-from mgpu_gui.engine import augmentation, models, xla
+from mgpu_gui.engine import augmentation, models, transfer, xla
 from mgpu_gui.engine import pipeline as data_mod
 from mgpu_gui.engine.callbacks import (
     AfterWarmup,
@@ -178,37 +178,45 @@ def _run(config: RunConfig, run_dir: RunDir, plan: DevicePlan, strategy: tf.dist
     warmup = _lr_scaling(config, model, replicas, steps, log)
     use_xla = config.jit_compile and _enable_xla(model, log)
     monitor = "val_loss" if setup.val is not None else "loss"
-    while True:
-        initial_epoch = loop.backup_epoch(run_dir)
-        tracker = EpochTracker(steps)
-        saver, events, callbacks = _callbacks(config, run_dir, sink, stop, tracker, monitor,
-                                              setup.global_batch, initial_epoch, warmup)
-        stopped = _StoppedEnd(config, sink, stop, tracker, events, initial_epoch, log)
-        callbacks.extend([*extra_callbacks, AtTrainEnd(stopped)])
-        where.stage, where.steps, where.tracker, where.checkpoints = (
-            Stage.TRAINING, steps, tracker, saver)
-        try:
-            loop.fit(model, setup, epochs=config.epochs, steps=steps,
-                     initial_epoch=initial_epoch, callbacks=callbacks, tracker=tracker)
-        except Exception as error:
-            reason = xla.compile_error(error) if use_xla else None
-            if reason is None:
-                raise
-            use_xla = False
+    switch = transfer.TransferLearning(model, config, log) if config.freeze_epochs else None
+    resumed_at = initial_epoch
+    for stage in transfer.stages(config, resumed_at):
+        if switch is not None:
+            if stage.number == transfer.FINE_TUNE and stage.first_epoch == resumed_at:
+                switch.restore_frozen(run_dir.backup)  # stage 1 ended in an earlier session
+            sink.emit(switch.enter(stage))
+        while True:
+            initial_epoch = max(loop.backup_epoch(run_dir), stage.first_epoch)
+            tracker = EpochTracker(steps)
+            saver, events, callbacks = _callbacks(config, run_dir, sink, stop, tracker, monitor,
+                                                  setup.global_batch, initial_epoch, warmup,
+                                                  stage)
+            stopped = _StoppedEnd(config, sink, stop, tracker, events, initial_epoch, log)
+            callbacks.extend([*extra_callbacks, AtTrainEnd(stopped)])
+            where.stage, where.steps, where.tracker, where.checkpoints = (
+                Stage.TRAINING, steps, tracker, saver)
+            try:
+                loop.fit(model, setup, epochs=stage.end_epoch, steps=steps,
+                         initial_epoch=initial_epoch, callbacks=callbacks, tracker=tracker)
+            except Exception as error:
+                reason = xla.compile_error(error) if use_xla else None
+                if reason is None:
+                    raise
+                use_xla = False
+                xla.disable(model)
+                position = tracker.position
+                made = position is not None and tracker.steps_done(position[0]) > 0
+                log(f"XLA could not compile this model ({reason}). The run goes on without "
+                    f"XLA (jit_compile off): epoch {initial_epoch + 1} starts again"
+                    + (", keeping the steps it made" if made else "")
+                    + ". Turn XLA off for this model to skip the attempt.", "warning")
+                continue
+            break
+        ended = stopped()
+        if ended is not None:
             xla.disable(model)
-            position = tracker.position
-            made = position is not None and tracker.steps_done(position[0]) > 0
-            log(f"XLA could not compile this model ({reason}). The run goes on without XLA "
-                f"(jit_compile off): epoch {initial_epoch + 1} starts again"
-                + (", keeping the steps it made" if made else "")
-                + ". Turn XLA off for this model to skip the attempt.", "warning")
-            continue
-        break
+            return ended
     xla.disable(model)  # training is over: the test set and the export use the plain call
-
-    ended = stopped()
-    if ended is not None:
-        return ended
     epochs_done = max(events.epochs_done, initial_epoch)
     where.epochs_done = epochs_done
     if setup.test is not None:
@@ -334,14 +342,16 @@ def _check_mirrored(model: keras.Model, strategy: tf.distribute.Strategy, log) -
 
 def _callbacks(config: RunConfig, run_dir: RunDir, sink: EventSink, stop: threading.Event,
                tracker: EpochTracker, monitor: str, global_batch: int, initial_epoch: int,
-               warmup: LinearWarmup | None,
+               warmup: LinearWarmup | None, stage: transfer.FitStage,
                ) -> tuple[EpochCheckpoints, EventCallback, list[keras.callbacks.Callback]]:
-    """The run's callbacks, in order; fresh for each `fit` (an XLA fallback fits again)."""
+    """The run's callbacks, in order; fresh for each `fit` (an XLA fallback fits again, a
+    transfer-learning run fits once per stage)."""
     # A resumed run keeps its best epoch among those the backup keeps.
     previous = run_dir.previous_best(monitor, before_epoch=initial_epoch)
     saver = EpochCheckpoints(run_dir.backup, run_dir.last_checkpoint, run_dir.best_checkpoint,
                              monitor=monitor,
-                             best_so_far=previous[1] if previous is not None else None)
+                             best_so_far=previous[1] if previous is not None else None,
+                             restore_after=stage.restores_after)
     events = EventCallback(
         sink, tracker, global_batch=global_batch, epochs=config.epochs, monitor=monitor,
         batch_interval_s=config.batch_event_interval_s, stop_requested=stop.is_set,
@@ -352,7 +362,8 @@ def _callbacks(config: RunConfig, run_dir: RunDir, sink: EventSink, stop: thread
     # Order matters at an epoch's end: the model file first, then the records (CSV,
     # events), and the backup's metadata last (see checkpoints.py). The warm-up sets
     # the LR before each step, after the backup restored the optimizer (train begin).
-    keras_cbs = [saver, *_keras_callbacks(config, run_dir, monitor)]
+    keras_cbs = [saver, *_keras_callbacks(config, run_dir, monitor,
+                                          early_stopping=stage.number != transfer.FROZEN)]
     callbacks = [NanGuard(), *[CompleteEpochsOnly(cb, tracker) for cb in keras_cbs],
                  *([warmup] if warmup is not None else []), events,
                  CompleteEpochsOnly(CommitBackup(saver), tracker)]
@@ -394,11 +405,14 @@ def _enable_xla(model: keras.Model, log) -> bool:
     return True
 
 
-def _keras_callbacks(config: RunConfig, run_dir: RunDir, monitor: str) -> list:
-    """Keras' own per-epoch callbacks; checkpoints are ours (EpochCheckpoints)."""
+def _keras_callbacks(config: RunConfig, run_dir: RunDir, monitor: str, *,
+                     early_stopping: bool) -> list:
+    """Keras' own per-epoch callbacks; checkpoints are ours (EpochCheckpoints). Early
+    stopping watches a transfer-learning run's second stage only (`early_stopping`): its
+    patience counts from the stage's start, as its callback is new in each `fit`."""
     cbs: list = [keras.callbacks.CSVLogger(str(run_dir.history_csv), append=True)]
     es, rl = config.early_stopping, config.reduce_lr
-    if es.enabled:
+    if es.enabled and early_stopping:
         cbs.append(keras.callbacks.EarlyStopping(
             monitor=_monitor(es.monitor, monitor), patience=es.patience,
             min_delta=es.min_delta, restore_best_weights=es.restore_best_weights))

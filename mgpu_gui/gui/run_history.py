@@ -67,6 +67,7 @@ class RunHistory:
             self.banner.show_error(str(error))
             return
         self.curves.load_events(events)
+        self.curves.mark_fine_tuning(fine_tune_epoch(record))
         self._show_run_note(record)
         if (self.follower is not None and record.status is StoreState.RUNNING
                 and is_live(record.run_dir)):  # its curves go on as it trains
@@ -122,3 +123,13 @@ class RunHistory:
             self.last_run = None
         self.resume_offer.forget({r.id for r in records})
         self._update_actions()
+
+
+def fine_tune_epoch(record: RunRecord) -> int | None:
+    """A transfer-learning run's first fine-tune epoch, from its config.json (a small file):
+    the store's events hold no StageStarted. None for other runs, or a folder gone."""
+    try:
+        config = RunDir(record.run_dir).read_config()
+    except (OSError, ValueError, TypeError, UserError):
+        return None
+    return config.freeze_epochs or None

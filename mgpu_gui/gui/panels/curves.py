@@ -29,7 +29,7 @@ from PySide6.QtWidgets import (
 from mgpu_gui.core.events import BatchEnd, EpochEnd, Event, RunFailed, RunFinished, RunStarted
 from mgpu_gui.core.series import SeriesStore, XAxis, family_of
 from mgpu_gui.gui.theme import PlotColors, plot_colors
-from mgpu_gui.gui.widgets.family_plot import FamilyPlot
+from mgpu_gui.gui.widgets.family_plot import FamilyPlot, color_stage, show_stage, stage_marker
 from mgpu_gui.gui.widgets.plots import (
     EdgeViewBox,
     batch_curve,
@@ -101,6 +101,7 @@ class CurvesPanel(QWidget):
         self._relayout()
         for curve in (self._lr_curve, self._rate_curve):
             curve.setData([], [])
+        show_stage(self._lr_stage, None, "")
         self._rate_plot.setTitle("Throughput (samples/s)", color=self._colors.text, size="10pt")
 
     def handle_event(self, event: Event) -> None:
@@ -138,6 +139,17 @@ class CurvesPanel(QWidget):
     def series(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         """(x, y) of a series in the current x-axis mode (time in minutes); empty if none."""
         return self._store.xy(name, self._x_axis)
+
+    def mark_fine_tuning(self, epoch: int | None) -> None:
+        """A past run's first fine-tune epoch (0-based; from its config): its stored events
+        hold no StageStarted."""
+        self._store.fine_tune_epoch = epoch
+        self._best_dirty = True
+        self._refresh()
+
+    def fine_tune_x(self) -> float | None:
+        """Where the fine-tuning line is drawn on the current x axis (None: not drawn)."""
+        return self._store.fine_tune_x(self._x_axis)
 
     def best_epoch(self) -> int | None:
         """The best validation epoch, 0-based as in the events (drawn at x = epoch + 1)."""
@@ -187,6 +199,7 @@ class CurvesPanel(QWidget):
             plot.apply_colors(colors)
         for widget in (self._lr_plot, self._rate_plot):
             color_plot(widget, colors, "10pt")
+        color_stage(self._lr_stage, colors)
         self._lr_curve.setPen(pg.mkPen(colors.lr, width=2))
         self._rate_curve.setPen(pg.mkPen(colors.rate, width=1.5))
 
@@ -237,6 +250,8 @@ class CurvesPanel(QWidget):
         style_plot(self._lr_plot, "learning rate")
         self._lr_plot.setTitle("Learning rate", color=colors.text, size="10pt")
         self._lr_curve = self._lr_plot.plot(pen=pg.mkPen(colors.lr, width=2), antialias=True)
+        self._lr_stage = stage_marker()  # the learning rate changes where fine-tuning begins
+        self._lr_plot.addItem(self._lr_stage, ignoreBounds=True)
         self._rate_plot = pg.PlotWidget()
         style_plot(self._rate_plot, "samples/s")
         self._rate_plot.setLabel("bottom", X_LABELS[XAxis.WALL], color=colors.text)
@@ -354,6 +369,13 @@ class CurvesPanel(QWidget):
         curve.setData(x, y)
 
     def _draw_best(self) -> None:
+        """The best epoch's marks, and the line where fine-tuning began."""
+        stage_x = self.fine_tune_x()
+        stage_text = ("" if self._store.fine_tune_epoch is None else
+                      f"fine-tuning from epoch {self._store.fine_tune_epoch + 1}")
+        show_stage(self._lr_stage, stage_x, stage_text)
+        for plot in self._plots.values():
+            plot.show_stage(stage_x, stage_text)
         epoch = self._store.best_epoch
         monitored = family_of(self._store.best_metric or "val_loss")
         for family, plot in self._plots.items():

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import QWidget
 
 from mgpu_gui.core.augment import AugmentSpecError
 from mgpu_gui.core.config import (
+    ALL_LAYERS,
     DEMO,
     DeviceSelection,
     EarlyStoppingConfig,
@@ -39,6 +40,8 @@ FIELD_NAMES = {
     "learning_rate": "Learning rate", "early_stopping.patience": "Early stopping",
     "output_dir": "Output folder", "lr_scaling.warmup_epochs": "LR warm-up",
     "precision": "Precision", "jit_compile": "XLA", "augment": "Augmentation", "cache": "Cache",
+    "freeze_epochs": "Freeze", "unfreeze": "Fine-tune layers", "fine_tune_lr": "Fine-tune LR",
+    "lr_scaling.enabled": "LR scaling",
 }
 NOT_IMAGES = ("Augmentation transforms images: choose an image folder as the data to use it. "
               "The transforms ticked here come back with the next image folder.")
@@ -86,6 +89,10 @@ class RunSetupForm(RunSetupLayout):
             cache=self.cache_combo.currentData(),
             image_size=(self.height_spin.value(), self.width_spin.value()),
             sync_batchnorm=self.sync_bn.isChecked(),
+            # Kept for a model with a backbone, but only such a model is fine-tuned.
+            freeze_epochs=self.freeze_spin.value() if self._has_backbone() else 0,
+            unfreeze=self.unfreeze_combo.currentText().strip() or ALL_LAYERS,
+            fine_tune_lr=self._fine_tune_lr(),
             # Kept ticked for other data, but only an image folder is augmented.
             augment=self.augment_picker.spec() if kind == "images" else "",
             output_dir=self.output_edit.text().strip() or "~/mgpu-runs",
@@ -117,6 +124,11 @@ class RunSetupForm(RunSetupLayout):
             self.height_spin.setValue(config.image_size[0])
             self.width_spin.setValue(config.image_size[1])
             self.sync_bn.setChecked(config.sync_batchnorm)
+            self.freeze_spin.setValue(config.freeze_epochs)
+            self.unfreeze_combo.setCurrentText(str(config.unfreeze))
+            self.fine_tune_lr_edit.setText(
+                "" if config.fine_tune_lr is None else f"{config.fine_tune_lr:g}")
+            self._update_transfer_widgets()
             # A spec the form cannot show (from another version) is left for the check to name.
             with contextlib.suppress(AugmentSpecError):
                 self.augment_picker.set_spec(config.augment)
@@ -140,6 +152,9 @@ class RunSetupForm(RunSetupLayout):
         problems: dict[str, str] = {}
         for field, message in config.problems():
             problems.setdefault(field, message)
+        if config.fine_tune_lr is not None and math.isnan(config.fine_tune_lr):
+            problems["fine_tune_lr"] = (f"{self.fine_tune_lr_edit.text().strip()} is not a "
+                                        "number; type e.g. 0.0001 or 1e-4, or leave it empty.")
         if "learning_rate" in problems and math.isnan(config.learning_rate):
             problems["learning_rate"] = (f"{self.lr_edit.text().strip() or 'nothing'} is not a "
                                          "number; type e.g. 0.001 or 1e-3.")
@@ -199,11 +214,15 @@ class RunSetupForm(RunSetupLayout):
 
     def _connect(self) -> None:
         for edit in (self.model_edit, self.data_edit, self.lr_edit, self.output_edit,
-                     self.pretrained_combo.lineEdit()):
+                     self.pretrained_combo.lineEdit(), self.unfreeze_combo.lineEdit(),
+                     self.fine_tune_lr_edit):
             edit.textChanged.connect(self._edited)
         self.model_edit.textChanged.connect(self._update_model_widgets)
+        self.model_edit.textChanged.connect(self._update_transfer_widgets)
+        self.pretrained_combo.lineEdit().textChanged.connect(self._update_transfer_widgets)
+        self.freeze_spin.valueChanged.connect(self._update_transfer_widgets)
         for spin in (self.width_spin, self.height_spin, self.split_spin, self.batch_spin,
-                     self.epochs_spin, self.patience_spin):
+                     self.epochs_spin, self.patience_spin, self.freeze_spin):
             spin.valueChanged.connect(self._edited)
         for box in (self.allow_code, self.early_stop, self.sync_bn, self.scale_lr,
                     self.xla_check, self.compile_source.override):
@@ -224,6 +243,32 @@ class RunSetupForm(RunSetupLayout):
             return float(self.lr_edit.text().strip())
         except ValueError:
             return math.nan
+
+    def _fine_tune_lr(self) -> float | None:
+        text = self.fine_tune_lr_edit.text().strip()
+        try:
+            return float(text) if text else None
+        except ValueError:
+            return math.nan
+
+    def _has_backbone(self) -> bool:
+        """Whether the model may have a pretrained backbone to freeze: a built-in with
+        pretrained weights, or a model file (its builder or file says when it is built)."""
+        model = self.model_edit.text().strip() or DEMO
+        arch = architecture(model)
+        if arch is None:
+            return model != DEMO
+        return arch.has_imagenet and self.pretrained_combo.currentText().strip() != NO_WEIGHTS
+
+    def _update_transfer_widgets(self) -> None:
+        """Freezing only for a model with a backbone; what to fine-tune only when frozen."""
+        possible = self._has_backbone()
+        self.freeze_spin.setEnabled(possible)
+        fine_tune = possible and self.freeze_spin.value() > 0
+        self.unfreeze_combo.setEnabled(fine_tune)
+        self.fine_tune_lr_edit.setEnabled(fine_tune)
+        self.sections["schedule"].set_note(
+            f"{self.freeze_spin.value()} frozen, then fine-tune" if fine_tune else "")
 
     def _update_model_widgets(self) -> None:
         """A built-in shows its weights where a model file's code consent goes; one without

@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mgpu_gui.core.config import OPTIMIZERS, PRECISIONS
+from mgpu_gui.core.config import ALL_LAYERS, OPTIMIZERS, PRECISIONS
 from mgpu_gui.core.devices.precision_hint import LABELS as PRECISION_LABELS
 from mgpu_gui.core.modelfiles.builtins import IMAGENET, NO_WEIGHTS
 from mgpu_gui.gui.widgets.augment_picker import AugmentPicker
@@ -363,6 +363,43 @@ class RunSetupLayout(QWidget):
         self._name(self.patience_spin, "Early stopping patience",
                    "Epochs without improvement before training stops.")
         self._add(section, "Patience", "early_stopping.patience", [self.patience_spin])
+        self._build_transfer(section)
+
+    def _build_transfer(self, section: CollapsibleSection) -> None:
+        """Transfer learning: the frozen epochs, then what to fine-tune and how fast."""
+        self.freeze_spin = QSpinBox()
+        self.freeze_spin.setRange(0, 100_000)
+        self.freeze_spin.setSuffix(" epochs")
+        self.freeze_spin.setSpecialValueText("off")
+        self._name(self.freeze_spin, "Freeze the backbone",
+                   "Transfer learning in one run: for these first epochs the pretrained "
+                   "backbone is frozen and only the new head trains; the rest of the epochs "
+                   "fine-tune the backbone. Epochs is the total of both. Needs a model with "
+                   "a backbone: a built-in with pretrained weights, or a model file with a "
+                   "nested model named 'backbone'. Early stopping watches the fine-tuning.")
+        self._add(section, "Freeze", "freeze_epochs", [self.freeze_spin])
+        self.unfreeze_combo = QComboBox()
+        self.unfreeze_combo.setEditable(True)
+        self.unfreeze_combo.addItems([ALL_LAYERS, "10", "20", "50"])
+        self.unfreeze_combo.setMinimumContentsLength(4)
+        self._name(self.unfreeze_combo, "Layers to fine-tune",
+                   "After the frozen epochs: fine-tune all of the backbone's layers, or its "
+                   "top N. Its BatchNorm layers stay frozen either way (in inference mode).")
+        self._name(self.unfreeze_combo.lineEdit(), "Layers to fine-tune",
+                   self.unfreeze_combo.toolTip())
+        self.fine_tune_lr_edit = QLineEdit()
+        self.fine_tune_lr_edit.setPlaceholderText("LR / 10")
+        self.fine_tune_lr_edit.setMaximumWidth(
+            self.fine_tune_lr_edit.fontMetrics().horizontalAdvance("0") * 10)
+        self._name(self.fine_tune_lr_edit, "Fine-tune learning rate",
+                   "The learning rate of the fine-tuning epochs; empty: a tenth of the first "
+                   "stage's.")
+        self._add(section, "Fine-tune", "unfreeze",
+                  [self.unfreeze_combo, QLabel("layers at LR"), self.fine_tune_lr_edit],
+                  outline=[self.unfreeze_combo])
+        self._fields["fine_tune_lr"] = FieldCell((self.fine_tune_lr_edit,),
+                                                 (self.fine_tune_lr_edit.toolTip(),))
+        self._section_of["fine_tune_lr"] = section
 
     def _build_output(self, section: CollapsibleSection) -> None:
         self.output_edit = QLineEdit()

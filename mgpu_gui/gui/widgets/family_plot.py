@@ -1,5 +1,6 @@
 """The plot of one metric family: train per batch (raw and smoothed), train per epoch,
-validation, and the best epoch's line and star."""
+validation, the best epoch's line and star, and where fine-tuning began (a
+transfer-learning run's second stage)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ class FamilyPlot:
     widget: pg.PlotWidget
     best_marker: pg.PlotDataItem
     best_line: pg.InfiniteLine
+    stage_line: pg.InfiniteLine
     roles: dict[str, pg.PlotDataItem]  # batch, smoothed, epoch, val
     curves: dict[str, pg.PlotDataItem] = field(default_factory=dict)  # by series name
 
@@ -71,7 +73,9 @@ class FamilyPlot:
             best_item.setZValue(10)
             best_item.setVisible(False)
             item.addItem(best_item, ignoreBounds=best_item is best_line)
-        plot = cls(widget, best_marker, best_line, roles)
+        stage_line = stage_marker()
+        item.addItem(stage_line, ignoreBounds=True)
+        plot = cls(widget, best_marker, best_line, stage_line, roles)
         plot.apply_colors(colors)
         view = item.getViewBox()
         view.sigXRangeChanged.connect(plot._place_best_label)
@@ -95,6 +99,10 @@ class FamilyPlot:
         self.best_line.label.setFormat(text)
         self._place_best_label()
 
+    def show_stage(self, x: float | None, text: str = "") -> None:
+        """The line where fine-tuning began, at `x` (None: none)."""
+        show_stage(self.stage_line, x, text)
+
     def hide_best(self) -> None:
         for best_item in (self.best_line, self.best_marker):
             best_item.setVisible(False)
@@ -115,10 +123,11 @@ class FamilyPlot:
             line.label.updatePosition()
 
     def clear(self) -> None:
-        """No data, no best epoch, bound to no family."""
+        """No data, no best epoch, no stages, bound to no family."""
         for curve in self.roles.values():
             curve.setData([], [])
         self.hide_best()
+        self.show_stage(None)
         self.curves = {}
 
     def apply_colors(self, colors: PlotColors) -> None:
@@ -138,5 +147,30 @@ class FamilyPlot:
         label.setColor(colors.best)
         label.fill = pg.mkBrush(*colors.fill(220))
         label.update()
+        color_stage(self.stage_line, colors)
         self.best_marker.setSymbolBrush(colors.best)
         self.best_marker.setSymbolPen(pg.mkPen(colors.background, width=1))
+
+
+def stage_marker() -> pg.InfiniteLine:
+    """A hidden vertical line for the start of fine-tuning, labelled at the plot's top right
+    of the line (the best epoch's label sits half-way up, left of its line)."""
+    line = pg.InfiniteLine(angle=90, label="",
+                           labelOpts={"position": 0.92, "anchors": [(0, 0.5), (0, 0.5)]})
+    line.setZValue(9)
+    line.setVisible(False)
+    return line
+
+
+def show_stage(line: pg.InfiniteLine, x: float | None, text: str) -> None:
+    line.setVisible(x is not None)  # first: a hidden label ignores its new text
+    if x is not None:
+        line.setValue(x)
+        line.label.setFormat(text)
+
+
+def color_stage(line: pg.InfiniteLine, colors: PlotColors) -> None:
+    line.setPen(pg.mkPen(colors.axis, width=1, style=Qt.PenStyle.DotLine))
+    line.label.setColor(colors.text)
+    line.label.fill = pg.mkBrush(*colors.fill(200))
+    line.label.update()
