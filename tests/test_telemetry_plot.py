@@ -53,7 +53,7 @@ def test_telemetry_lines_up_with_the_throughput_and_grows(curves):
     x, busy, memory = plot.series(3)
     assert x.tolist() == [-0.5, 1.0]  # minutes from the throughput's origin
     assert busy.tolist() == [90, 90] and memory.tolist() == [50.0, 50.0]
-    assert "GPU 3" in plot.widget.getPlotItem().titleLabel.text
+    assert plot.widget.getPlotItem().titleLabel.item.toPlainText().startswith("GPU 3 ")
     assert "GPU 3 Fake: 90 % busy, 4096 of 8192 MiB" in plot.widget.toolTip()
     curves.show_telemetry(RunTelemetry(devices, {3: gpu_rows(T0 + 120)}), False)
     assert plot.series(3)[0].tolist() == [-0.5, 1.0, 2.0]
@@ -88,7 +88,7 @@ def test_a_reopened_run_shows_its_telemetry_and_a_live_one_follows(qtbot, tmp_pa
         qtbot.waitUntil(lambda: plot.series(CPU_DEVICE)[0].tolist() == [0.0, 0.5],
                         timeout=5_000)
         assert plot.series(CPU_DEVICE)[2].tolist() == [12.5, 12.5]  # 2 of 16 GiB
-        assert "CPU" in plot.widget.getPlotItem().titleLabel.text
+        assert plot.widget.getPlotItem().titleLabel.item.toPlainText().startswith("CPU ")
         # Still running: what its supervisor writes next shows up.
         record_samples(store.database, run.run_id, [TelemetrySample(CPU_DEVICE, T0 + 60, 95,
                                                                     2048)])

@@ -14,6 +14,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 
 from mgpu_gui.core.runs.telemetry_store import (
+    CPU_DEVICE,
     MEMORY,
     POWER,
     TEMPERATURE,
@@ -130,9 +131,14 @@ class TelemetryPlot:
         """The title names each device in its colour; the tooltip gives the latest readings."""
         if not self._samples:
             return
-        names = " ".join(f'<span style="color:{self._color(d)}">{self._label(d)}</span>'
-                         for d in sorted(self._samples))
-        self.widget.setTitle(f"{names} &nbsp;━ busy ┄ memory (%)", color=self._colors.text,
+        # Short, for a narrow plot: "GPU 1 2 ━busy ┄mem", each number in its curves' colour.
+        devices = sorted(self._samples)
+        kind = "CPU" if devices == [CPU_DEVICE] else "GPU"
+        names = " ".join(f'<span style="color:{self._color(d)}">'
+                         f'{"CPU" if d == CPU_DEVICE else d}</span>' for d in devices)
+        if kind == "GPU":
+            names = f"GPU {names}"
+        self.widget.setTitle(f"{names} &nbsp;━busy ┄mem", color=self._colors.text,
                              size="10pt")
         lines = ["Solid: utilization; dashed: memory used, % of the device's "
                  "(the training process's CPU and resident memory on a CPU run)."]
