@@ -105,7 +105,8 @@ class CurvesPanel(QWidget):
         for curve in (self._lr_curve, self._rate_curve):
             curve.setData([], [])
         self._telemetry.clear()
-        self._rate_plot.setTitle("Throughput (samples/s)", color=self._colors.text, size="10pt")
+        # Its unit is on its axis: the title fits the half width it shares with the telemetry.
+        self._rate_plot.setTitle("Throughput", color=self._colors.text, size="10pt")
 
     def handle_event(self, event: Event) -> None:
         """One event from the run controller; data events start the redraw timer."""
