@@ -13,6 +13,13 @@ from mgpu_gui.core.evaluation.result import EvaluationResult, Split
 from mgpu_gui.core.runs import storedb
 from mgpu_gui.core.runs.queue import JobQueue
 from mgpu_gui.core.runs.store import RunState, RunStore
+from mgpu_gui.core.runs.telemetry_store import (
+    TelemetryDevice,
+    TelemetrySample,
+    read_telemetry,
+    record_devices,
+    record_samples,
+)
 
 FILES = Path(__file__).parent / "store_files"
 
@@ -38,13 +45,23 @@ def test_an_earlier_store_opens_with_its_runs_epochs_and_queue(tmp_path, version
                                                             else [])
         # Kept since v4; a later version keeps it too.
         assert (store.evaluation(runs["digits"].id) is not None) is (version >= 4)
-        assert all(r.note == "" and r.tags == () for r in runs.values())
+        # Notes and tags since v5.
+        assert (runs["bad"].note, runs["digits"].tags) == (
+            ("b/3.png is truncated", ("baseline", "demo")) if version >= 5 else ("", ()))
         assert store.set_note(runs["bad"].id, "b/3.png is truncated").note == (
             "b/3.png is truncated")
         assert store.tag(runs["digits"].id, ["baseline", "demo"]).tags == ("baseline", "demo")
         result = evaluation()
         store.save_evaluation(runs["digits"].id, result)
         assert store.evaluation(runs["digits"].id, Split.TEST) == result
+        # No run had telemetry before v6; a stored run can get it now.
+        database, run_id = store.database, runs["digits"].id
+        assert len(read_telemetry(database, run_id)) == 0
+        record_devices(database, run_id, [TelemetryDevice(0, "GPU-0", "Fake", 81920)])
+        record_samples(database, run_id, [TelemetrySample(0, 1700000000.5, 97, 61000, 312, 71)])
+        read = read_telemetry(database, run_id)
+        assert read.devices[0].name == "Fake" and read.samples[0].tolist() == [
+            [1700000000.5, 97, 61000, 312, 71]]
 
 
 def test_an_evaluation_replaces_the_earlier_one_of_its_split_and_goes_with_its_run(tmp_path):

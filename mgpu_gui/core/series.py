@@ -133,6 +133,12 @@ class SeriesStore:
     def names(self) -> list[str]:
         return list(self._series)
 
+    @property
+    def t_origin(self) -> float | None:
+        """The time (time.time()) at wall time 0, once known; other wall-time plots (the
+        device telemetry) place their samples by it."""
+        return self._t_origin
+
     def has_data(self) -> bool:
         return any(len(b) for b in self._series.values())
 

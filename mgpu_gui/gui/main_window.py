@@ -47,6 +47,7 @@ from mgpu_gui.gui.jobs.exporter import ModelExporter
 from mgpu_gui.gui.jobs.run_controller import RunController, RunState
 from mgpu_gui.gui.jobs.run_follower import RunFollower
 from mgpu_gui.gui.jobs.run_start import StartKind, StartRequest
+from mgpu_gui.gui.jobs.telemetry_reader import TelemetryReader
 from mgpu_gui.gui.jobs.telemetry_source import TelemetrySource
 from mgpu_gui.gui.panels.cluster import ClusterPanel
 from mgpu_gui.gui.panels.curves import CurvesPanel
@@ -100,6 +101,9 @@ class MainWindow(ToolDialogs, RunHistory, ExportActions, QMainWindow):
         self.cluster_panel = ClusterPanel()  # a tab once a multi-worker run reports
         # Live curves of a run another process supervises (a queued job, a terminal).
         self.follower = RunFollower(self.store, self) if self.store is not None else None
+        # The device telemetry under the curves, of the run shown (live or past).
+        self.run_telemetry = (TelemetryReader(self.store.path, self)
+                              if self.store is not None else None)
         self.resume_offer = ResumeOffer()
         self.reconciler = (StoreReconciler(self.store.path, self)
                            if self.store is not None else None)
@@ -260,6 +264,8 @@ class MainWindow(ToolDialogs, RunHistory, ExportActions, QMainWindow):
         self.runs_panel.runs_deleted.connect(self._runs_deleted)
         self.runs_panel.refreshed.connect(self._check_stale_runs)
         self.resume_offer.resume_requested.connect(self.resume_run)
+        if self.run_telemetry is not None:
+            self.run_telemetry.telemetry.connect(self.curves.show_telemetry)
         if self.follower is not None:
             self.follower.events.connect(self._followed_events)
             self.follower.updated.connect(self._show_run_note)
@@ -323,6 +329,7 @@ class MainWindow(ToolDialogs, RunHistory, ExportActions, QMainWindow):
             self.progress.reset()
             self.log.append_message(f"Starting a run in {run.run_dir.path}")
         self.gpu_panel.set_own_pids({self.controller.worker_pid} - {None})
+        self._watch_telemetry(run.run_id)
         self.last_run = run.run_dir
         self.statusBar().showMessage(run.plan.note or ", ".join(run.plan.names))
         if run.run_id is not None:

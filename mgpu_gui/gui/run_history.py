@@ -2,9 +2,9 @@
 the offer to resume interrupted ones.
 
 A mixin of `MainWindow`, kept apart so the window module holds the panels and the
-run; it uses the window's `store`, `controller`, `follower`, `reconciler`, `curves`,
-`progress`, `log`, `runs_panel`, `resume_offer`, `banner` and `notifier` (a queued
-run starting, a followed run ending). When the store cannot be opened, the app
+run; it uses the window's `store`, `controller`, `follower`, `run_telemetry`,
+`reconciler`, `curves`, `progress`, `log`, `runs_panel`, `resume_offer`, `banner` and
+`notifier` (a queued run starting, a followed run ending). When the store cannot be opened, the app
 trains without a history and says why (`store_problem`).
 """
 
@@ -47,6 +47,8 @@ class RunHistory:
             self.runs_panel.show_message(self.store.note)
 
     def _close_store(self) -> None:
+        if self.run_telemetry is not None:
+            self.run_telemetry.stop()
         if self.reconciler is not None:
             self.reconciler.wait(10.0)
         if self._owns_store and self.store is not None:
@@ -68,6 +70,7 @@ class RunHistory:
             return
         self.curves.load_events(events)
         self.curves.mark_fine_tuning(fine_tune_epoch(record))
+        self._watch_telemetry(run_id)
         self._show_run_note(record)
         if (self.follower is not None and record.status is StoreState.RUNNING
                 and is_live(record.run_dir)):  # its curves go on as it trains
@@ -75,6 +78,11 @@ class RunHistory:
         if record.folder_exists:
             self.last_run = RunDir(record.run_dir)  # Export exports the run shown
         self._update_actions()
+
+    def _watch_telemetry(self, run_id: int | None) -> None:
+        """Show the run's device telemetry under its curves, following it while it runs."""
+        if self.run_telemetry is not None:
+            self.run_telemetry.watch(run_id)
 
     def _show_run_note(self, record: RunRecord) -> None:
         """A stored run's progress as it stands (also each time a followed run is read)."""

@@ -21,6 +21,7 @@ from pathlib import Path
 from mgpu_gui.core.children.inspector import file_inspector
 from mgpu_gui.core.children.launch import Child, module_command
 from mgpu_gui.core.children.runner import pump_output
+from mgpu_gui.core.children.telemetry_recorder import TelemetryRecorder
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.devices.nvml import GpuInventory, query_inventory
 from mgpu_gui.core.devices.plan import DevicePlan, plan_devices
@@ -192,10 +193,13 @@ class WorkerProcess:
                  store: RunStore | None = None):
         """`nice` lowers the worker's CPU priority: where training saturates the CPU,
         an interactive supervisor (the GUI) still gets a core when it needs one.
-        With a `store` (and `run.run_id`), every event is recorded there."""
+        With a `store` (and `run.run_id`), every event is recorded there, and the
+        telemetry of the run's devices while the worker runs."""
         self.run = run
         self._recorder: RunRecorder | None = (
             store.recorder(run.run_id) if store is not None and run.run_id is not None else None)
+        self._store_path = store.path if self._recorder is not None else None
+        self._telemetry: TelemetryRecorder | None = None
         self._outcome: RunOutcome | None = None
         self.nice = nice
         self.on_output = on_output
@@ -230,6 +234,10 @@ class WorkerProcess:
             os.close(control_r)
             if lock is not None:
                 lock.release()  # the worker holds it from here (or the run never started)
+        if self._store_path is not None and self.run.run_id is not None:
+            self._telemetry = TelemetryRecorder(self._store_path, self.run.run_id,
+                                                self.run.plan, self._proc.pid)
+            self._telemetry.start()
         self._events = os.fdopen(events_r, "r", encoding="utf-8")
         self._control = os.fdopen(control_w, "w", buffering=1, encoding="utf-8")
         self._output_thread = threading.Thread(target=self._pump_output, name="worker-output",
@@ -326,6 +334,8 @@ class WorkerProcess:
     def wait(self, timeout: float | None = None) -> int:
         assert self._proc is not None
         code = self._proc.wait(timeout)
+        if self._telemetry is not None:
+            self._telemetry.stop()
         for timer in (self._hard_stop, self._last_word):
             if timer is not None:
                 timer.cancel()

@@ -246,6 +246,22 @@ class TelemetryHistory:
 # -- poller --------------------------------------------------------------------
 
 
+def every(interval_s: float, stop: threading.Event, tick: Callable[[], None]) -> None:
+    """Call `tick` every `interval_s` seconds until `stop` is set.
+
+    A fixed cadence; after a pass slower than the interval (a waking driver), the
+    missed ticks are skipped instead of polling back to back.
+    """
+    deadline = time.monotonic()
+    while not stop.is_set():
+        tick()
+        deadline += interval_s
+        now = time.monotonic()
+        if deadline <= now:
+            deadline = now + interval_s
+        stop.wait(deadline - now)
+
+
 class TelemetryPoller:
     """Polls NVML on a background thread and hands each snapshot list to `callback`.
 
@@ -302,18 +318,13 @@ class TelemetryPoller:
             if inventory.state is not NvmlState.OK:
                 return
             gpus = inventory.gpus
-        deadline = time.monotonic()
-        while not self._stop.is_set():
+
+        def poll() -> None:
             snapshots = self._guard(take_snapshots, self.session, gpus)
             if snapshots is not None and not self._stop.is_set():
                 self._guard(self.callback, snapshots)
-            # A fixed cadence; after a pass slower than the interval (a waking
-            # driver), skip the missed ticks instead of polling back to back.
-            deadline += self.interval_s
-            now = time.monotonic()
-            if deadline <= now:
-                deadline = now + self.interval_s
-            self._stop.wait(deadline - now)
+
+        every(self.interval_s, self._stop, poll)
 
     @staticmethod
     def _guard(func: Callable[..., Any] | None, *args: Any) -> Any:

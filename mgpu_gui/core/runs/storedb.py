@@ -114,6 +114,29 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (run_id, tag)
     ) WITHOUT ROWID;
     """,
+    # v6: each run's device telemetry, one row a second per device (telemetry_store.py).
+    # Sized for long runs: whole units in small integers, time in ms, keyed so that rows
+    # append in key order (full pages), and the devices' names once per run, not per row.
+    """
+    CREATE TABLE telemetry_devices (
+        run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        device INTEGER NOT NULL,
+        uuid TEXT NOT NULL DEFAULT '',
+        name TEXT NOT NULL DEFAULT '',
+        memory_total INTEGER,
+        PRIMARY KEY (run_id, device)
+    ) WITHOUT ROWID;
+    CREATE TABLE telemetry (
+        run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+        t INTEGER NOT NULL,
+        device INTEGER NOT NULL,
+        utilization INTEGER,
+        memory INTEGER,
+        power INTEGER,
+        temperature INTEGER,
+        PRIMARY KEY (run_id, t, device)
+    ) WITHOUT ROWID;
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 

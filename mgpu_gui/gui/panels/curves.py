@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 from mgpu_gui.core.events import BatchEnd, EpochEnd, Event, RunFailed, RunFinished, RunStarted
+from mgpu_gui.core.runs.telemetry_store import RunTelemetry
 from mgpu_gui.core.series import SeriesStore, XAxis, family_of
 from mgpu_gui.gui.theme import PlotColors, plot_colors
 from mgpu_gui.gui.widgets.family_plot import FamilyPlot, color_stage, show_stage, stage_marker
@@ -37,12 +38,14 @@ from mgpu_gui.gui.widgets.plots import (
     style_plot,
     thin_when_dense,
 )
+from mgpu_gui.gui.widgets.telemetry_plot import TelemetryPlot
 
 # The timer redraws one plot per tick: a window repaint then paints one plot (~10 ms on
 # 2 cores, measured), never all four at once (30-80 ms, a visible stall); every plot still
 # catches up within 4 ticks of new data.
 REFRESH_MS = 25
 SMOOTHING = 0.6
+WALL_PLOT_MIN_WIDTH = 140
 X_LABELS = {XAxis.EPOCH: "epoch", XAxis.STEP: "step (batches)", XAxis.WALL: "time (min)"}
 
 
@@ -102,7 +105,9 @@ class CurvesPanel(QWidget):
         for curve in (self._lr_curve, self._rate_curve):
             curve.setData([], [])
         show_stage(self._lr_stage, None, "")
-        self._rate_plot.setTitle("Throughput (samples/s)", color=self._colors.text, size="10pt")
+        self._telemetry.clear()
+        # Its unit is on its axis: the title fits the half width it shares with the telemetry.
+        self._rate_plot.setTitle("Throughput", color=self._colors.text, size="10pt")
 
     def handle_event(self, event: Event) -> None:
         """One event from the run controller; data events start the redraw timer."""
@@ -121,6 +126,15 @@ class CurvesPanel(QWidget):
         for event in events:
             self._ingest(event)
         self._refresh()
+
+    def show_telemetry(self, telemetry: RunTelemetry, replace: bool) -> None:
+        """The run's device telemetry (read from the store), under the curves."""
+        self._telemetry.set_origin(self._store.t_origin)
+        self._telemetry.add(telemetry, replace)
+
+    @property
+    def telemetry_plot(self) -> TelemetryPlot:
+        return self._telemetry
 
     def start_updates(self) -> None:
         if not self._shut_down:
@@ -170,7 +184,7 @@ class CurvesPanel(QWidget):
     def plot_widgets(self) -> list[pg.PlotWidget]:
         """Every plot, shown or spare (their colours follow the palette)."""
         return ([p.widget for p in self._plots.values()] + [s.widget for s in self._spares]
-                + [self._lr_plot, self._rate_plot])
+                + [self._lr_plot, self._rate_plot, self._telemetry.widget])
 
     @property
     def colors(self) -> PlotColors:
@@ -200,6 +214,7 @@ class CurvesPanel(QWidget):
         for widget in (self._lr_plot, self._rate_plot):
             color_plot(widget, colors, "10pt")
         color_stage(self._lr_stage, colors)
+        self._telemetry.apply_colors(colors)
         self._lr_curve.setPen(pg.mkPen(colors.lr, width=2))
         self._rate_curve.setPen(pg.mkPen(colors.rate, width=1.5))
 
@@ -259,10 +274,25 @@ class CurvesPanel(QWidget):
         self._rate_plot.addItem(self._rate_curve)
         thin_when_dense(self._rate_curve)
         self._lr_plot.setLabel("bottom", X_LABELS[self._x_axis], color=colors.text)
+        # Under the throughput, on its wall-time axis: what the run's devices did meanwhile.
+        self._telemetry = TelemetryPlot(colors)
+        self._telemetry.widget.setXLink(self._rate_plot)
+        self._telemetry.widget.setLabel("bottom", X_LABELS[XAxis.WALL], color=colors.text)
         for widget, name in ((self._lr_plot, "Learning rate plot"),
                              (self._rate_plot, "Throughput plot")):
             widget.setAccessibleName(name)
+        # The throughput and the telemetry side by side, under the metric plots right of the
+        # first: the learning rate stays under the first, as wide, so its linked x axis
+        # lines up with it (pyqtgraph aligns linked views that overlap by their pixels).
+        self._wall_plots = QWidget()
+        row = QHBoxLayout(self._wall_plots)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.setSpacing(self._grid.spacing())
+        for widget in (self._lr_plot, self._rate_plot, self._telemetry.widget):
             widget.setMaximumHeight(220)
+        for widget in (self._rate_plot, self._telemetry.widget):
+            widget.setMinimumWidth(WALL_PLOT_MIN_WIDTH)  # two where one metric plot is
+            row.addWidget(widget)
 
     def _make_shell(self, title: str = "") -> FamilyPlot:
         return FamilyPlot.build(title, X_LABELS[self._x_axis], self._colors)
@@ -301,9 +331,11 @@ class CurvesPanel(QWidget):
         last = (len(shown) - 1) // columns + 1
         half = columns // 2
         self._grid.addWidget(self._lr_plot, last, 0, 1, half)
-        self._grid.addWidget(self._rate_plot, last, half, 1, columns - half)
+        self._grid.addWidget(self._wall_plots, last, half, 1, columns - half)
         for row in range(last + 1):
             self._grid.setRowStretch(row, 3 if row < last else 2)
+        for column in range(3):  # equal, whatever the wall plots' width hints say
+            self._grid.setColumnStretch(column, int(column < columns))
 
     # -- data --------------------------------------------------------------------
 
