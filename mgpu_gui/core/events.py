@@ -451,3 +451,33 @@ class DataOverviewFailed(ChildFailure):
 
 
 EVENT_TYPES.update({cls.type: cls for cls in (DataOverviewed, DataOverviewFailed)})
+
+
+# -- the augmentation preview (processes/augment_preview.py, core/augment_preview.py) --------
+@dataclass(frozen=True)
+class AugmentPreviewRow(Event):
+    """Image `index` of `total` in the augmentation preview: base64 PNGs of it as training
+    resizes it, then of its variants; or no pictures and `error`, why it cannot be read."""
+
+    type: ClassVar[str] = "augment_preview_row"
+    index: int
+    total: int
+    label: str  # its class
+    name: str  # its file's name
+    pngs: list
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class AugmentPreviewDone(Event):
+    type: ClassVar[str] = "augment_preview_done"
+    rows: int
+
+
+@dataclass(frozen=True)
+class AugmentPreviewFailed(ChildFailure):
+    type: ClassVar[str] = "augment_preview_failed"
+
+
+EVENT_TYPES.update({cls.type: cls for cls in (AugmentPreviewRow, AugmentPreviewDone,
+                                              AugmentPreviewFailed)})

@@ -4,16 +4,25 @@ Applied a batch at a time after the cache and the shuffle (each epoch sees new
 variations of the cached images), on the pixels' own 0-255 range before the
 rescale, on the host's CPU in tf.data: the model, and so the exported file,
 carries none of it, and validation, test and evaluation see the images as they are.
+`preview` shows what these layers do to a few of the user's images, for the run
+setup's preview (processes/augment_preview.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Sequence
 
 import keras
+import numpy as np
 import tensorflow as tf
+from PIL import Image
 
 from mgpu_gui.core.augment import Augmentation, parse_augment
+from mgpu_gui.core.augment_preview import Pick, PreviewRequest
+from mgpu_gui.core.datasets import images
+from mgpu_gui.core.events import AugmentPreviewRow, Event
+from mgpu_gui.engine.pipeline import decode_file, resized
 
 Finish = Callable[[tf.Tensor, tf.Tensor], tuple[tf.Tensor, tf.Tensor]]
 PIXELS = (0.0, 255.0)
@@ -50,3 +59,24 @@ def training_finish(finish: Finish, spec: str, seed: int | None) -> Finish:
         return finish(x, labels)
 
     return augmented
+
+
+def preview(request: PreviewRequest, picks: Sequence[Pick], emit: Callable[[Event], None]
+            ) -> None:
+    """A row per pick: the image as training decodes and resizes it, then
+    `request.variants` variants made by `training_finish` itself, as thumbnails; a row
+    with the reason for a file that cannot be decoded."""
+    augment = training_finish(lambda x, y: (x, y), request.spec, request.seed)
+    for index, pick in enumerate(picks):
+        name = os.path.basename(pick.path)
+        try:
+            image = resized(decode_file(pick.path), request.image_size)
+        except images.CorruptImageError as error:
+            emit(AugmentPreviewRow(index, len(picks), pick.label, name, [], str(error)))
+            continue
+        # One batch of copies: each layer draws its random factors per image of a batch.
+        varied, _ = augment(tf.repeat(image[None], request.variants, axis=0),
+                            tf.zeros(request.variants))
+        pixels = [image.numpy(), *np.clip(np.round(np.asarray(varied)), 0, 255).astype(np.uint8)]
+        emit(AugmentPreviewRow(index, len(picks), pick.label, name, [
+            images.thumbnail_png(Image.fromarray(p), request.px) for p in pixels]))

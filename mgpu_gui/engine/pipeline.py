@@ -385,6 +385,15 @@ def decode_file(path: str | os.PathLike[str]) -> tf.Tensor:
         raise images.corrupt(path, error) from error
 
 
+def resized(image: tf.Tensor, size: tuple[int, ...]) -> tf.Tensor:
+    """Decoded pixels resized to `size` (height, width) as an image folder's pipeline caches
+    them, and the augmentation preview shows them."""
+    image = tf.image.resize(image, size)  # float32
+    # Back to whole pixels, so a cache holds a quarter of the bytes: a difference of at
+    # most half a level, below what 8-bit images resolve.
+    return tf.cast(tf.clip_by_value(tf.round(image), 0.0, 255.0), tf.uint8)
+
+
 def is_decode_failure(error: BaseException) -> bool:
     """Whether `error` is TensorFlow's decoder failing inside the pipeline: its text names
     no file (`undecodable_file` finds it)."""
@@ -425,10 +434,7 @@ class _Converter:
         return ds.map(self._decode, num_parallel_calls=tf.data.AUTOTUNE)
 
     def _decode(self, path: tf.Tensor, label: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        image = tf.image.resize(decode_contents(tf.io.read_file(path)), self.size)  # float32
-        # Back to whole pixels, so a cache holds a quarter of the bytes: a difference of at
-        # most half a level, below what 8-bit images resolve.
-        image = tf.cast(tf.clip_by_value(tf.round(image), 0.0, 255.0), tf.uint8)
+        image = resized(decode_contents(tf.io.read_file(path)), self.size)
         return tf.ensure_shape(image, self.shape), label
 
     def finish(self, image: tf.Tensor, label: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:

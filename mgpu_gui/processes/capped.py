@@ -25,15 +25,19 @@ Emit = Callable[[Event], None]
 
 
 def serve(prog: str, read_request: Callable[[Any], R],
-          answer: Callable[[R, Emit, int], Event], argv: list[str] | None = None) -> int:
-    """Parse the child's arguments, read its request, cap its memory, emit `answer(...)`."""
+          answer: Callable[[R, Emit, int], Event], argv: list[str] | None = None,
+          cap: bool = True) -> int:
+    """Parse the child's arguments, read its request, cap its memory, emit `answer(...)`.
+
+    `cap=False`: `answer` caps it, once what it loads first (TensorFlow) is in."""
     parser = argparse.ArgumentParser(prog=prog)
     parser.add_argument("--events-fd", type=int, required=True)
     parser.add_argument("--memory-mib", type=int, required=True)
     args = parser.parse_args(argv)
     os.set_inheritable(args.events_fd, False)
     request = read_request(json.loads(sys.stdin.read()))
-    cap_memory(args.memory_mib << 20)
+    if cap:
+        cap_memory(args.memory_mib << 20)
     with os.fdopen(args.events_fd, "w", buffering=1, encoding="utf-8") as events:
 
         def emit(event: Event) -> None:

@@ -34,6 +34,7 @@ class Child(StrEnum):
     EVALUATOR = "mgpu_gui.processes.evaluator"
     DATA_OVERVIEW = "mgpu_gui.processes.data_overview"
     SAMPLE_IMAGES = "mgpu_gui.processes.sample_images"
+    AUGMENT_PREVIEW = "mgpu_gui.processes.augment_preview"
 
 
 class UnknownChildError(ValueError):

@@ -20,8 +20,9 @@ from mgpu_gui.core.events import SamplesDrawFailed
 from mgpu_gui.gui.jobs.child_job import ChildJobRunner
 
 
-def _image(png: str) -> QImage:
-    """A null QImage for a sample that could not be decoded."""
+def decoded_png(png: str) -> QImage:
+    """A child's base64 PNG as a QImage; a null one for "" (a sample that could not be
+    decoded)."""
     return QImage.fromData(base64.b64decode(png), "PNG") if png else QImage()
 
 
@@ -40,7 +41,7 @@ class SampleImagesLoader(QObject):
     def load(self, request: DrawRequest) -> None:
         token = self._token = object()
         self.runner.start(SampleImagesJob(request, lambda first, pngs: self._part.emit(
-            token, first, [_image(png) for png in pngs])))
+            token, first, [decoded_png(png) for png in pngs])))
 
     def shutdown(self) -> None:
         self._token = None

@@ -27,6 +27,7 @@ from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QDragEnterEvent, QDropEvent, QShowEvent
 from PySide6.QtWidgets import QFileDialog, QWidget
 
+from mgpu_gui.core.augment_preview import PreviewRequest
 from mgpu_gui.core.config import DEMO, MODEL_SUFFIXES, RunConfig, is_model_file
 from mgpu_gui.core.datasets import batching as data_mod
 from mgpu_gui.core.datasets.inspection import DataInfo
@@ -46,7 +47,8 @@ from mgpu_gui.gui.panels.run_setup_form import RunSetupForm, model_choices
 from mgpu_gui.gui.widgets.error_banner import BannerAction
 from mgpu_gui.gui.widgets.recent_files import RecentFiles
 
-if TYPE_CHECKING:  # the Data view's module loads when it first opens
+if TYPE_CHECKING:  # the Data view's and the preview's modules load when they first open
+    from mgpu_gui.gui.dialogs.augment_preview import AugmentPreviewDialog
     from mgpu_gui.gui.dialogs.data_view import DataViewDialog
 
 SETTINGS_GROUP = "run_setup"
@@ -89,6 +91,7 @@ class RunSetupPanel(RunSetupForm):
         self._recent = RecentFiles(self.model_combo, f"{SETTINGS_GROUP}/recent_models",
                                    model_choices())
         self.data_view: DataViewDialog | None = None  # the Data view, while open
+        self.augment_view: AugmentPreviewDialog | None = None  # the preview, while open
         self._view_loading = False  # the Data view's modules are (being) imported ahead
         self._connect_panel()
         self._update_preview_button()
@@ -152,6 +155,19 @@ class RunSetupPanel(RunSetupForm):
         # The window's child, not the form's: the form's style sheet would slow its polish.
         dialog = self.data_view = DataViewDialog(config.data, config.image_size, self.window())
         dialog.finished.connect(lambda _=None: self._forget_data_view(dialog))
+        dialog.show()
+        return dialog
+
+    def preview_augmentation(self) -> AugmentPreviewDialog:
+        """The augmentation preview, following the settings while it is open (one at a time)."""
+        from mgpu_gui.gui.dialogs.augment_preview import AugmentPreviewDialog
+
+        if self.augment_view is not None:
+            self.augment_view.raise_()
+            return self.augment_view
+        dialog = self.augment_view = AugmentPreviewDialog(*self._augment_request(),
+                                                          self.window())
+        dialog.finished.connect(lambda _=None: self._forget_augment_view(dialog))
         dialog.show()
         return dialog
 
@@ -222,6 +238,8 @@ class RunSetupPanel(RunSetupForm):
         self.wrapper_notice.shutdown()
         if self.data_view is not None:
             self.data_view.close()
+        if self.augment_view is not None:
+            self.augment_view.close()
 
     def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 (Qt's name)
         super().showEvent(event)
@@ -249,6 +267,8 @@ class RunSetupPanel(RunSetupForm):
         self.data_preview.clicked.connect(self.preview_data)
         self.data_kind.currentIndexChanged.connect(self._update_preview_button)
         self.data_edit.textChanged.connect(self._update_preview_button)
+        self.augment_preview.clicked.connect(self.preview_augmentation)
+        self.edited.connect(self._follow_augmentation)
         self.compile_source.override.toggled.connect(self._update_compile_note)
 
     def _drop_stale_facts(self) -> None:
@@ -276,9 +296,32 @@ class RunSetupPanel(RunSetupForm):
         self._update_batch_text()
 
     def _update_preview_button(self) -> None:
-        """Nothing to preview while a file kind is picked but no path given."""
+        """Nothing to preview while a file kind is picked but no path given, nor an
+        augmentation without an image folder or a transform."""
         self.data_preview.setEnabled(self.data_kind.currentData() == "demo"
                                      or bool(self.data_edit.text().strip()))
+        self.augment_preview.setEnabled(self._augment_request()[0] is not None)
+
+    def _augment_request(self) -> tuple[PreviewRequest | None, str]:
+        """What the augmentation preview shows for the settings now, or why it cannot."""
+        folder = self.data_edit.text().strip()
+        if self.data_kind.currentData() != "images" or not folder:
+            return None, "Choose an image folder as the data to preview its augmentation."
+        spec = self.augment_picker.spec()
+        if not spec:
+            return None, "Tick a transform to preview it: the images are used as they are."
+        size = (self.height_spin.value(), self.width_spin.value())
+        return PreviewRequest(folder, size, spec), ""
+
+    def _follow_augmentation(self) -> None:
+        self._update_preview_button()
+        if self.augment_view is not None:
+            self.augment_view.follow(*self._augment_request())
+
+    def _forget_augment_view(self, dialog: AugmentPreviewDialog) -> None:
+        if self.augment_view is dialog:
+            self.augment_view = None
+        dialog.deleteLater()
 
     def _forget_data_view(self, dialog: DataViewDialog) -> None:
         if self.data_view is dialog:

@@ -296,8 +296,15 @@ class RunSetupLayout(QWidget):
                    "Vary the training images at random each epoch (Keras preprocessing "
                    "layers in the input pipeline), so a small image folder goes further. "
                    "Validation and test images are never changed. Image folders only.")
+        self.augment_preview = QPushButton("Preview…")
+        self._name(self.augment_preview, "Preview the augmentation",
+                   "See a few images of the folder, each with random variants made by the "
+                   "transforms ticked here, at these strengths (the training's own layers). "
+                   "Needs an image folder and at least one transform.")
+        preview_row = QWidget()
+        preview_row.setLayout(row([self.augment_preview]))
         # Across the label column too: two transforms a line need the width.
-        self._add(section, None, "augment", [self.augment_picker])
+        self._add(section, None, "augment", [self.augment_picker], below=[preview_row])
 
     def _build_speed(self, section: CollapsibleSection) -> None:
         self.precision_combo = QComboBox()
