@@ -73,6 +73,7 @@ class AugmentPreviewDialog(QDialog):
         self.area.setWidget(self.grid)
         self.message = QLabel()
         self.message.setWordWrap(True)
+        self.message.setTextFormat(Qt.TextFormat.PlainText)  # paths are not markup
         self.message.setAccessibleName("Preview problem")
         self.message.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.message.hide()
@@ -158,8 +159,8 @@ class AugmentPreviewDialog(QDialog):
             self._clear()
         event = row.event
         if event.error:
-            self._errors.append(event.error)
-            self._show_message(" ".join(self._errors))
+            self._errors.append(event.error[:1].upper() + event.error[1:])
+            self._show_message("\n".join(self._errors))
         else:
             variants = len(row.images) - 1
             self._rows.append(ThumbnailRow(event.label, row.images, (
