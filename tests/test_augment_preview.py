@@ -12,8 +12,8 @@ import pytest
 from PIL import Image
 
 from mgpu_gui.core.augment_preview import Pick, PreviewRequest, pick_images
-from mgpu_gui.core.datasets import images
-from mgpu_gui.core.events import AugmentPreviewDone, AugmentPreviewRow
+from mgpu_gui.core.events import AugmentPreviewRow
+from tests.helpers.augment_preview import CannedJob
 
 
 @pytest.fixture
@@ -91,26 +91,6 @@ def test_a_folder_without_images_says_so(panel, qtbot, tmp_path):
     qtbot.waitUntil(lambda: dialog.message.isVisible(), timeout=30_000)
     assert "has 1 class subfolders but no images" in dialog.message.text()
     assert not dialog.grid.rows
-
-
-class CannedJob:
-    """The child's answer without the child: a row of plain pictures per image."""
-
-    requests: list[PreviewRequest] = []
-
-    def __init__(self, request, on_row):
-        self.request, self.on_row = request, on_row
-        CannedJob.requests.append(request)
-
-    def run(self):
-        picture = Image.new("RGB", (8, 8), (200, 40, 40))
-        for index in range(self.request.images):
-            self.on_row(AugmentPreviewRow(index, self.request.images, "cat", f"{index}.png", [
-                images.thumbnail_png(picture, self.request.px)] * (1 + self.request.variants)))
-        return AugmentPreviewDone(self.request.images)
-
-    def cancel(self):
-        pass
 
 
 def test_the_preview_follows_the_strengths_and_draws_new_samples(panel, qtbot, folder,

@@ -35,7 +35,7 @@ GPU_NAMES = ("NVIDIA H100 80GB HBM3",) * 4
 OWN_PID = 4242
 VIEWS = ("window size", "run setup", "GPU panel", "rest of the window", "About",
          "Check my setup", "Train across machines", "Compare runs", "Scaling test",
-         "Find batch size", "Evaluation", "Data view")
+         "Find batch size", "Evaluation", "Data view", "Augmentation preview")
 
 
 def wait_until(condition: Callable[[], bool], timeout_s: float = 20.0) -> bool:
@@ -278,10 +278,29 @@ def dialogs(window) -> dict[str, Callable[[], QDialog]]:
         view.show_figures(OverviewFigures(estimated, ()))
         return dialog
 
+    def augment_preview() -> QDialog:
+        """Every transform at once, four rows of pictures as the child sends them, and the
+        longest message a row can bring (an unreadable file under a long path)."""
+        from mgpu_gui.core.augment import DEFAULTS, Augmentation
+        from mgpu_gui.core.augment_preview import PreviewRequest
+        from mgpu_gui.core.datasets.images import corrupt
+        from mgpu_gui.gui.dialogs.augment_preview import AugmentPreviewDialog
+        from mgpu_gui.gui.jobs import augment_preview as jobs
+        from tests.helpers.augment_preview import CannedJob
+
+        jobs.AugmentPreviewJob = CannedJob  # this probe's process only
+        CannedJob.error = str(corrupt(f"{PROJECT}/data/flowers/tulip/IMG_20250612_1433.jpg",
+                                      OSError("cannot identify image file")))
+        dialog = AugmentPreviewDialog(PreviewRequest(
+            f"{PROJECT}/data/flowers_photographed_2025", (224, 224),
+            Augmentation(**DEFAULTS).spec()), "", window)
+        wait_until(lambda: bool(dialog.message.text()) and not dialog.loader.is_running())
+        return dialog
+
     return {"About": about, "Check my setup": doctor, "Train across machines": cluster,
             "Compare runs": compare, "Scaling test": window.show_scaling_test,
             "Find batch size": window.show_batch_finder, "Evaluation": evaluation,
-            "Data view": data_view}
+            "Data view": data_view, "Augmentation preview": augment_preview}
 
 
 def main(width: int, height: int) -> dict[str, list[Problem]]:

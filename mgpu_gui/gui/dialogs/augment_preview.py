@@ -35,7 +35,7 @@ from mgpu_gui.gui.jobs.background_job import source_name
 from mgpu_gui.gui.theme import on_background
 from mgpu_gui.gui.widgets.field_cells import ERROR_COLOR
 from mgpu_gui.gui.widgets.screen_fit import fit_to_screen
-from mgpu_gui.gui.widgets.thumbnail_grid import ThumbnailGrid, ThumbnailRow
+from mgpu_gui.gui.widgets.thumbnail_grid import PAD, ThumbnailGrid, ThumbnailRow
 
 THUMB_PX = 96  # a picture's longer side: a transform's effect must be visible
 DEBOUNCE_MS = 400  # after the last edit of a strength: one child per pause, not per step
@@ -59,12 +59,21 @@ class AugmentPreviewDialog(QDialog):
         self.about.setWordWrap(True)
         self.about.setAccessibleName("What the preview shows")
         self.grid = ThumbnailGrid("Images, each followed by its augmented variants", THUMB_PX)
+        # Over the grid's columns: which picture is the image, which are its variants.
+        self.original_head = QLabel("<b>As resized</b>")
+        self.original_head.setFixedWidth(THUMB_PX + PAD)
+        self.variants_head = QLabel("<b>Random variants, as epochs may show them</b>")
+        self.heads = QHBoxLayout()
+        self.heads.setSpacing(0)
+        self.heads.addWidget(self.original_head)
+        self.heads.addWidget(self.variants_head, 1)
         self.area = QScrollArea()
         self.area.setAccessibleName("Images and their variants, scrollable")
         self.area.setWidgetResizable(True)
         self.area.setWidget(self.grid)
         self.message = QLabel()
         self.message.setWordWrap(True)
+        self.message.setTextFormat(Qt.TextFormat.PlainText)  # paths are not markup
         self.message.setAccessibleName("Preview problem")
         self.message.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.message.hide()
@@ -86,6 +95,7 @@ class AugmentPreviewDialog(QDialog):
         bottom.addWidget(buttons)
         layout = QVBoxLayout(self)
         layout.addWidget(self.about)
+        layout.addLayout(self.heads)
         layout.addWidget(self.area, 1)
         layout.addWidget(self.message)
         layout.addLayout(bottom)
@@ -149,14 +159,15 @@ class AugmentPreviewDialog(QDialog):
             self._clear()
         event = row.event
         if event.error:
-            self._errors.append(event.error)
-            self._show_message(" ".join(self._errors))
+            self._errors.append(event.error[:1].upper() + event.error[1:])
+            self._show_message("\n".join(self._errors))
         else:
             variants = len(row.images) - 1
             self._rows.append(ThumbnailRow(event.label, row.images, (
                 f"{event.name} as training resizes it",
                 *(f"{event.name}, variant {k + 1} of {variants}" for k in range(variants)))))
             self.grid.set_rows(self._rows)
+            self._align_heads()
         self._show_progress(event.index + 1, f"Image {event.index + 1} of {event.total}",
                             event.total)
 
@@ -178,6 +189,10 @@ class AugmentPreviewDialog(QDialog):
             f"Images of <b>{html.escape(source_name(request.folder))}</b> as training resizes "
             f"them ({width}×{height}), each followed by {request.variants} random variants "
             f"made by the training's own augmentation: {html.escape(what)}.")
+
+    def _align_heads(self) -> None:
+        indent = self.area.frameWidth() + self.grid.name_width + PAD
+        self.heads.setContentsMargins(indent, 0, 0, 0)
 
     def _clear(self) -> None:
         self._rows, self._errors = [], []
