@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QImage
 
 from mgpu_gui.core.augment_preview import PreviewRequest
@@ -31,34 +31,25 @@ class AugmentPreviewLoader(QObject):
     row = Signal(object)  # a PreviewRow of the latest load
     failed = Signal(str)  # what to show instead
     finished = Signal()  # the latest load ended (after its last `row` or `failed`)
-    _row = Signal(object, object)  # the load's token, PreviewRow: from the job thread
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.runner = ChildJobRunner(self)
+        self.runner.reported.connect(self.row)
         self.runner.finished.connect(self._finished)
-        self._row.connect(self._show_row, Qt.ConnectionType.QueuedConnection)
-        self._token: object | None = None
 
     def load(self, request: PreviewRequest) -> None:
-        token = self._token = object()
-        self.runner.start(AugmentPreviewJob(request, lambda event: self._row.emit(
-            token, PreviewRow(event, tuple(decoded_png(png) for png in event.pngs)))))
+        self.runner.start_reporting(lambda report: AugmentPreviewJob(request, lambda event: report(
+            PreviewRow(event, tuple(decoded_png(png) for png in event.pngs)))))
 
     def is_running(self) -> bool:
         return self.runner.is_running()
 
     def cancel(self) -> None:
-        self._token = None
         self.runner.cancel()
 
     def shutdown(self) -> None:
-        self._token = None
         self.runner.shutdown()
-
-    def _show_row(self, token: object, row: PreviewRow) -> None:
-        if token is self._token:
-            self.row.emit(row)
 
     def _finished(self, outcome: object) -> None:
         if isinstance(outcome, AugmentPreviewFailed):

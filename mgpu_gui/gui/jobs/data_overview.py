@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 from dataclasses import dataclass
 
-from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QImage
 
 from mgpu_gui.core.children.data_overview import DataOverviewJob, DataOverviewOutcome
@@ -53,29 +53,21 @@ class DataOverviewLoader(QObject):
     updated = Signal(object)  # OverviewFigures, partial or final
     failed = Signal(str)  # what to show instead
     finished = Signal()  # the latest load ended (after its last `updated` or `failed`)
-    _partial = Signal(object, object)  # the load's token, OverviewFigures: from the job thread
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.runner = ChildJobRunner(self)
+        self.runner.reported.connect(self.updated)
         self.runner.finished.connect(self._finished)
-        self._partial.connect(self._show_partial, Qt.ConnectionType.QueuedConnection)
-        self._token: object | None = None
 
     def load(self, request: OverviewRequest) -> None:
-        token = self._token = object()
-        self.runner.start(_FiguresJob(request, lambda part: self._partial.emit(token, part)))
+        self.runner.start_reporting(lambda report: _FiguresJob(request, report))
 
     def is_running(self) -> bool:
         return self.runner.is_running()
 
     def shutdown(self) -> None:
-        self._token = None
         self.runner.shutdown()
-
-    def _show_partial(self, token: object, figures: OverviewFigures) -> None:
-        if token is self._token and self.runner.is_running():
-            self.updated.emit(figures)
 
     def _finished(self, outcome: OverviewFigures | DataOverviewFailed) -> None:
         if isinstance(outcome, DataOverviewFailed):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 
-from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QImage
 
 from mgpu_gui.core.children.sample_images import SampleImagesJob
@@ -29,27 +29,19 @@ def decoded_png(png: str) -> QImage:
 class SampleImagesLoader(QObject):
     drawn = Signal(int, list)  # the first pick's position, QImages in pick order
     failed = Signal(str)  # what to show instead
-    _part = Signal(object, int, list)  # the load's token, first, QImages: from the job thread
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.runner = ChildJobRunner(self)
+        self.runner.reported.connect(lambda part: self.drawn.emit(*part))
         self.runner.finished.connect(self._finished)
-        self._part.connect(self._show_part, Qt.ConnectionType.QueuedConnection)
-        self._token: object | None = None
 
     def load(self, request: DrawRequest) -> None:
-        token = self._token = object()
-        self.runner.start(SampleImagesJob(request, lambda first, pngs: self._part.emit(
-            token, first, [decoded_png(png) for png in pngs])))
+        self.runner.start_reporting(lambda report: SampleImagesJob(
+            request, lambda first, pngs: report((first, [decoded_png(png) for png in pngs]))))
 
     def shutdown(self) -> None:
-        self._token = None
         self.runner.shutdown()
-
-    def _show_part(self, token: object, first: int, images: list[QImage]) -> None:
-        if token is self._token:
-            self.drawn.emit(first, images)
 
     def _finished(self, outcome: SamplesDrawFailed | None) -> None:
         if outcome is not None:
