@@ -32,6 +32,16 @@ def session(nvml):
     session.shutdown()
 
 
+@pytest.fixture(scope="module")
+def host():
+    """A process holding 2 CPU replicas, shared by a module's in-process training tests."""
+    from tests.helpers.hosts import ReplicaHost
+
+    made = ReplicaHost(2)
+    yield made
+    made.close()
+
+
 @pytest.fixture(autouse=True)
 def _isolated_store(tmp_path_factory, monkeypatch):
     """Every test gets a run store of its own, never the user's run history."""

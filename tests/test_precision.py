@@ -197,15 +197,6 @@ def test_a_float32_file_takes_the_mixed_policy_with_a_float32_output_and_exports
 
 # -- real data-parallel runs (2 CPU replicas) --------------------------------------
 @pytest.fixture(scope="module")
-def host():
-    from tests.helpers.hosts import ReplicaHost
-
-    made = ReplicaHost(2)
-    yield made
-    made.close()
-
-
-@pytest.fixture(scope="module")
 def files(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("speed")
     rng = np.random.default_rng(0)

@@ -30,7 +30,6 @@ from mgpu_gui.core.events import (
     StageStarted,
 )
 from mgpu_gui.core.eventtext import event_lines
-from tests.helpers.hosts import ReplicaHost
 
 NO_GPU = GpuInventory(state=NvmlState.NO_DRIVER, gpus=(), driver_version=None,
                       cuda_driver_version=None, message="No NVIDIA driver (test).")
@@ -62,13 +61,6 @@ BUILDER = """
             model.save(initial)
         return model
 """
-
-
-@pytest.fixture(scope="module")
-def host():
-    made = ReplicaHost(2)
-    yield made
-    made.close()
 
 
 @pytest.fixture(scope="module")
