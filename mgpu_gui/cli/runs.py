@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from mgpu_gui.cli.common import add_store_argument, open_store, say_interrupted
+from mgpu_gui.core.eventtext import best_text
 from mgpu_gui.core.runs.environment import read_environment
 from mgpu_gui.core.runs.epoch_table import epoch_table, write_csv
 from mgpu_gui.core.runs.search import RunQuery
@@ -133,9 +134,7 @@ def _devices_text(record: RunRecord) -> str:
 
 
 def _best_text(record: RunRecord) -> str:
-    if record.best_value is None or record.best_epoch is None:
-        return "-"
-    return f"{record.best_metric} {record.best_value:.4g} (epoch {record.best_epoch + 1})"
+    return best_text(record.best_metric, record.best_value, record.best_epoch) or "-"
 
 
 def _record_json(record: RunRecord) -> dict:

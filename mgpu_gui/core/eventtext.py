@@ -109,6 +109,14 @@ _STARTUP_NOISE = re.compile(
     r"This TensorFlow binary is optimized|rebuild TensorFlow with the appropriate compiler")
 
 
+def best_text(metric: str | None, value: float | None, epoch: int | None) -> str | None:
+    """A run's best epoch as every listing says it ("val_loss 0.0663 (epoch 7)", from
+    the 0-based `epoch`); None when the run has none yet."""
+    if value is None or epoch is None:
+        return None
+    return f"{metric} {value:.4g} (epoch {epoch + 1})"
+
+
 def is_startup_noise(line: str) -> bool:
     """TensorFlow's start-up chatter, hidden from the GUI's log (not from worker.log)."""
     return bool(_STARTUP_NOISE.search(line))

@@ -36,7 +36,7 @@ from mgpu_gui.core.events import (
     RunStatus,
     parse_event,
 )
-from mgpu_gui.core.eventtext import is_startup_noise
+from mgpu_gui.core.eventtext import best_text, is_startup_noise
 from mgpu_gui.core.runs import claims, preflight
 from mgpu_gui.core.runs.finish_hook import FinishedRun, run_finish_command
 from mgpu_gui.core.runs.folder import RunDir, create_run_dir
@@ -380,10 +380,10 @@ class WorkerProcess:
 
     def _finished(self, outcome: RunOutcome) -> FinishedRun:
         ended = next((e for e in reversed(outcome.events) if isinstance(e, RunFinished)), None)
-        best = ("" if ended is None or ended.best_epoch is None or ended.best_value is None else
-                f"{ended.best_metric} {ended.best_value:.4g} (epoch {ended.best_epoch + 1})")
+        best = None if ended is None else best_text(ended.best_metric, ended.best_value,
+                                                    ended.best_epoch)
         return FinishedRun(self.run.run_id, self.run.run_dir.path.name, outcome.status,
-                           self.run.run_dir.path, best)
+                           self.run.run_dir.path, best or "")
 
     def _find_outcome(self) -> RunOutcome:
         code = self.wait()

@@ -27,6 +27,7 @@ from PySide6.QtCore import (
 from PySide6.QtGui import QBrush, QColor, QGuiApplication, QIcon, QPainter, QPalette, QPixmap
 
 from mgpu_gui.core.config import DEMO
+from mgpu_gui.core.eventtext import best_text as best_of
 from mgpu_gui.core.runs.search import RunQuery
 from mgpu_gui.core.runs.store import RunRecord, RunState
 from mgpu_gui.gui.theme import on_background
@@ -111,9 +112,7 @@ def index_ranges(indexes: list[str]) -> str:
 
 
 def best_text(record: RunRecord) -> str:
-    if record.best_value is None or record.best_epoch is None:
-        return "–"
-    return f"{record.best_metric} {record.best_value:.4g} (epoch {record.best_epoch + 1})"
+    return best_of(record.best_metric, record.best_value, record.best_epoch) or "–"
 
 
 def started_text(record: RunRecord, now: float | None = None) -> str:
