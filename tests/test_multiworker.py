@@ -27,6 +27,7 @@ from mgpu_gui.core.events import (
     RunFinished,
     RunStarted,
     RunStatus,
+    StageStarted,
     parse_event,
 )
 from mgpu_gui.core.runs.cluster import (
@@ -88,6 +89,7 @@ def test_settings_compare_by_content_not_by_machine(tmp_path):
 
 # -- two workers on loopback -----------------------------------------------------------
 EPOCHS = 3
+TRANSFER = {"--freeze-epochs": 1}  # the head alone for an epoch, then the whole model
 
 
 @pytest.fixture(scope="module")
@@ -107,11 +109,14 @@ def files(tmp_path_factory) -> dict[str, Path]:
         import keras
 
         def build_model(input_shape, num_classes):
-            return keras.Sequential([
-                keras.Input(input_shape),
-                keras.layers.Dense(16, activation="relu"),
-                keras.layers.Dense(num_classes, activation="softmax"),
-            ], name="dense")
+            # A nested "backbone": the transfer-learning stages can freeze it.
+            backbone = keras.Sequential([keras.Input(input_shape),
+                                         keras.layers.Dense(16, activation="relu")],
+                                        name="backbone")
+            inputs = keras.Input(input_shape)
+            hidden = backbone(inputs, training=False)
+            outputs = keras.layers.Dense(num_classes, activation="softmax")(hidden)
+            return keras.Model(inputs, outputs, name="dense")
     """))
     return {"root": root, "data": root / "blobs.npz", "model": root / "dense.py"}
 
@@ -172,11 +177,13 @@ def workers(files, tmp_path, ports, *, flags=None, peer_timeout=30, tag="") -> l
 
 @pytest.mark.slow
 def test_two_workers_train_like_one_process_with_two_replicas(files, tmp_path):
+    """Through both transfer-learning stages: the second recompiles the model, and each
+    worker's step functions must be traced again for its trainable weights and metrics."""
     import keras
 
-    single = Cli("train", "--replicas", "2", *train_args(files, tmp_path / "single"),
+    single = Cli("train", "--replicas", "2", *train_args(files, tmp_path / "single", **TRANSFER),
                  out=tmp_path / "single.log")
-    chief, other = workers(files, tmp_path, free_ports(2))
+    chief, other = workers(files, tmp_path, free_ports(2), flags=TRANSFER)
     codes = [cli.wait() for cli in (chief, other, single)]
     assert codes == [0, 0, 0], chief.stderr[-3000:] + other.stderr[-3000:]
 
@@ -187,6 +194,11 @@ def test_two_workers_train_like_one_process_with_two_replicas(files, tmp_path):
     assert np.allclose(losses["other"], losses["single"], atol=1e-3), losses
     val = [e.metrics["val_loss"] for e in chief.of(EpochEnd)]
     assert np.allclose(val, [e.metrics["val_loss"] for e in single.of(EpochEnd)], atol=1e-3)
+    stages = {name: [(e.stage, e.first_epoch, e.trainable_params) for e in cli.of(StageStarted)]
+              for name, cli in (("chief", chief), ("other", other), ("single", single))}
+    assert stages["chief"] == stages["other"] == stages["single"], stages
+    (frozen, tuned) = stages["chief"]
+    assert frozen[:2] == (1, 0) and tuned[:2] == (2, 1) and frozen[2] < tuned[2]
 
     (formed,) = chief.of(ClusterFormed)
     assert [w["index"] for w in formed.workers] == [0, 1] and formed.workers[0]["chief"]
@@ -212,7 +224,8 @@ def test_two_workers_train_like_one_process_with_two_replicas(files, tmp_path):
 @pytest.mark.slow
 def test_a_killed_worker_stops_the_other_and_both_resume(files, tmp_path):
     ports = free_ports(2)
-    flags = {"--epochs": 6, "--batch-per-replica": 4}  # 31 steps per epoch
+    # 31 steps per epoch; the resume lands in either transfer-learning stage
+    flags = {"--epochs": 6, "--batch-per-replica": 4, "--freeze-epochs": 2}
     chief, other = workers(files, tmp_path, ports, flags=flags, peer_timeout=10)
     other.read_until(lambda e: isinstance(e, EpochEnd) and e.epoch == 1)
     scratch = other.of(RunStarted)[0].run_dir
@@ -239,6 +252,8 @@ def test_a_killed_worker_stops_the_other_and_both_resume(files, tmp_path):
     assert chief.of(RunStarted)[0].run_dir == str(run_dir.path)
     assert chief.of(RunStarted)[0].initial_epoch == other.of(RunStarted)[0].initial_epoch == done
     assert [e.epoch for e in chief.of(EpochEnd)] == list(range(done, 6))
+    for cli in (chief, other):
+        assert [e.stage for e in cli.of(StageStarted)] == ([1, 2] if done < 2 else [2])
     recorded = [e.epoch for e in run_dir.events() if isinstance(e, EpochEnd)]
     assert sorted(set(recorded)) == list(range(6)) and recorded[-1] == 5
     assert chief.of(RunFinished)[0].status is RunStatus.COMPLETED

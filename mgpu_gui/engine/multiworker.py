@@ -294,7 +294,9 @@ class ClusterLoop:
         """`tracker` is unused: this loop skips a partial epoch's validation by itself."""
         import keras
 
-        self._train_step = None  # a fit again (the XLA fallback) traces the step anew
+        # A fit again (the XLA fallback, a transfer-learning stage's recompiled model with
+        # other trainable weights, a new optimizer, loss and metrics) traces its steps anew.
+        self._train_step = self._test_step = None
         train = self._distribute(setup.train)
         # Keras' fit builds the metrics from one batch of a first iterator, then trains on
         # a second; a seeded shuffle's order depends on how many iterators came before, so
