@@ -8,6 +8,7 @@ files with h5py, so this process needs no TensorFlow.
 
 from __future__ import annotations
 
+import json
 import shutil
 import textwrap
 import zipfile
@@ -23,6 +24,7 @@ from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig
 from mgpu_gui.core.devices.nvml import GpuInventory, NvmlState
 from mgpu_gui.core.events import (
     EpochEnd,
+    Phase,
     RunFailed,
     RunFinished,
     RunStarted,
@@ -172,7 +174,34 @@ def test_a_model_without_a_backbone_fails_before_training(host, files, tmp_path)
     failed = only(events, RunFailed)[0]
     assert "has no backbone to freeze" in failed.message
     assert "name='backbone'" in failed.message
-    assert not only(events, EpochEnd)
+    # Refused while setting up, before the run starts: the supervisor leaves no folder or row.
+    assert failed.phase is Phase.SETUP and not only(events, RunStarted)
+
+
+def saved_model(path: Path, nested: str) -> Path:
+    """A .keras file as Keras 3 writes its config, with one nested model named `nested`."""
+    layer = {"class_name": "Dense", "config": {"name": "dense", "units": 3}}
+    inner = {"class_name": "Functional", "config": {"name": nested, "layers": [layer]}}
+    config = {"class_name": "Functional", "config": {"name": "outer", "layers": [inner]}}
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("config.json", json.dumps(config))
+        archive.writestr("metadata.json", json.dumps({"keras_version": "3.15.0"}))
+    return path
+
+
+def test_a_saved_model_without_a_backbone_is_refused_before_anything_starts(
+        capsys, files, tmp_path):
+    from mgpu_gui.core.modelfiles.inspection import inspect_model_file
+
+    assert inspect_model_file(saved_model(tmp_path / "tuned.keras", "backbone")).nested_models == (
+        "backbone",)
+    plain = saved_model(tmp_path / "plain.keras", "features")
+    out_dir = tmp_path / "runs"
+    code = cli.main(["train", "--model", str(plain), "--data", str(files["data"]),
+                     "--freeze-epochs", "1", "--epochs", "2", "-o", str(out_dir)])
+    err = capsys.readouterr().err
+    assert code != 0 and "plain.keras has no backbone to freeze" in err, err
+    assert "Traceback" not in err and not out_dir.exists()
 
 
 def test_cli_refuses_transfer_learning_without_a_backbone_before_anything_starts(
@@ -249,3 +278,18 @@ def test_run_setup_offers_freezing_for_a_model_with_a_backbone_only(panel):
     panel.set_config(config)
     assert (panel.freeze_spin.value(), panel.unfreeze_combo.currentText(),
             panel.fine_tune_lr_edit.text()) == (2, "20", "1e-05")
+
+
+@pytest.mark.slow
+def test_the_model_probe_finds_a_builders_missing_backbone(files):
+    """The run setup's build check: a .py builder shows its backbone only when built."""
+    from mgpu_gui.core.events import ModelProbed, ModelProbeFailed
+    from mgpu_gui.processes.model_probe import probe
+
+    config = RunConfig(model=str(files["plain"]), data=str(files["data"]), epochs=4,
+                       freeze_epochs=2)
+    refused = probe(config)
+    assert isinstance(refused, ModelProbeFailed), refused
+    assert refused.error_type == "ModelError" and "model.py has no backbone" in refused.message
+    assert isinstance(probe(config.replace(model=str(files["tiny"]))), ModelProbed)
+    assert isinstance(probe(config.replace(freeze_epochs=0)), ModelProbed)

@@ -26,6 +26,7 @@ from keras import layers
 
 from mgpu_gui.core.errors import ModelError, WeightsUnavailable
 from mgpu_gui.core.modelfiles.builtins import (
+    BACKBONE,
     IMAGENET,
     NO_WEIGHTS,
     Architecture,
@@ -35,7 +36,6 @@ from mgpu_gui.core.modelfiles.builtins import (
 )
 
 Log = Callable[[str], None]
-BACKBONE = "backbone"
 HEAD_DROPOUT = 0.2
 
 # name -> (Keras Applications constructor, whether it takes include_preprocessing)

@@ -143,6 +143,8 @@ def _run(config: RunConfig, run_dir: RunDir, plan: DevicePlan, strategy: tf.dist
         keras.utils.set_random_seed(config.seed)
     setup = prepare(config, strategy, log, run_dir.cache)
     model, prepared = setup.model, setup.data
+    if config.freeze_epochs:  # a .py builder's backbone shows only now: refuse before starting
+        transfer.find_backbone(model, config.model)
     # A .py builder's (or the demo's) size was unknown to the preflight.
     ckpt.check_free_space(run_dir.path.parent, ckpt.space_needed(
         int(model.count_params()) * 4 * ckpt.ADAM_FACTOR, len(config.export_formats)))

@@ -30,10 +30,9 @@ import keras
 import numpy as np
 
 from mgpu_gui.core.config import FINE_TUNE_LR_DIVISOR, RunConfig
-from mgpu_gui.core.errors import ModelError
 from mgpu_gui.core.events import StageStarted
+from mgpu_gui.core.modelfiles.builtins import BACKBONE, no_backbone
 from mgpu_gui.engine import models, precision
-from mgpu_gui.engine.builtins import BACKBONE
 from mgpu_gui.engine.callbacks import restore_backup
 
 PLAIN, FROZEN, FINE_TUNE = 0, 1, 2  # a run without stages; the two stages
@@ -70,11 +69,7 @@ def find_backbone(model: keras.Model, model_name: str) -> keras.Model:
     found = next((layer for layer in model._flatten_layers(include_self=False, recursive=True)
                   if layer.name == BACKBONE and isinstance(layer, keras.Model)), None)
     if found is None:
-        raise ModelError(
-            f"{model_name} has no backbone to freeze: transfer learning (freeze epochs) needs "
-            f"a nested model named '{BACKBONE}' (the built-in architectures have one; in a .py "
-            f"builder, build the pretrained part as keras.Model(..., name='{BACKBONE}') and "
-            f"call it with training=False). Set freeze epochs to 0 to train it as one.")
+        raise no_backbone(model_name)
     return found
 
 

@@ -18,6 +18,7 @@ import json
 import os
 import sys
 import traceback
+from pathlib import Path
 from typing import Any
 
 from mgpu_gui.core.config import DEMO, RunConfig, is_model_file
@@ -60,6 +61,10 @@ def _build(config: RunConfig, log: Any) -> dict[str, Any]:
                               custom_objects_file=config.custom_objects)
     label_max = data.label_max if data.label_kind is LabelKind.SPARSE else None
     models.check_model_fits_data(model, data.x_shape, data.num_classes, label_max)
+    if config.freeze_epochs:
+        from mgpu_gui.engine.transfer import find_backbone
+
+        find_backbone(model, Path(config.model).name)
     info = inspect_model_file(config.model) if is_model_file(config.model) else None
     inputs = getattr(model, "inputs", None) or []
     input_shape = list(inputs[0].shape[1:]) if len(inputs) == 1 else list(data.x_shape)

@@ -18,7 +18,12 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from mgpu_gui.core.errors import ModelError
+
 IMAGENET, NO_WEIGHTS = "imagenet", "none"
+# Transfer learning freezes the nested model of this name: a built-in's Keras Applications
+# model, or the pretrained part a model file builds.
+BACKBONE = "backbone"
 WEIGHTS_SUFFIXES = (".h5", ".hdf5", ".keras")
 MIN_SIZE = 32  # every backbone here refuses smaller inputs (Keras' obtain_input_shape)
 _KERAS_URL = "https://storage.googleapis.com/tensorflow/keras-applications/"
@@ -127,3 +132,12 @@ def input_problem(arch: Architecture, shape: tuple[int, ...] | None) -> str | No
                 f"are {shape[0]}x{shape[1]}; choose a larger image size (e.g. 64x64) for an "
                 "image folder, or a model file")
     return None
+
+
+def no_backbone(model_name: str) -> ModelError:
+    """Why a model without a backbone cannot train in transfer-learning stages, and what to do."""
+    return ModelError(
+        f"{model_name} has no backbone to freeze: transfer learning (freeze epochs) needs "
+        f"a nested model named '{BACKBONE}' (the built-in architectures have one; in a .py "
+        f"builder, build the pretrained part as keras.Model(..., name='{BACKBONE}') and "
+        f"call it with training=False). Set freeze epochs to 0 to train it as one.")

@@ -17,6 +17,7 @@ from mgpu_gui.core.modelfiles.wrapper import WrapperInfo, config_layers, find_wr
 
 ModelFormat = Literal["keras", "h5", "py"]
 # Layers that only pass the previous layer's output through an activation.
+NESTED_MODEL_CLASSES = ("Functional", "Sequential", "Model")  # Keras 3 and Keras 2 names
 _ACTIVATION_LAYERS = {"Activation": None, "Softmax": "softmax", "ReLU": "relu"}
 
 
@@ -65,6 +66,8 @@ class ModelFileInfo:
     # top-level functions (what --builder may name); see inspection.py_builder.
     builder: str | None = None
     functions: tuple[str, ...] = ()
+    # The names of the models nested in a .keras/.h5 model (transfer learning's backbone).
+    nested_models: tuple[str, ...] = ()
 
 
 _FORMAT_NAMES = {"keras": "Keras model (.keras)", "h5": "Keras model (legacy HDF5 .h5)"}
@@ -123,6 +126,11 @@ def info_from_config(
         str((node.get("config") or {}).get("name", "?"))
         for node in walk_config(config) if node.get("class_name") == "Lambda"
     )
+    nested = tuple(
+        str((node.get("config") or {}).get("name", "?"))
+        for node in walk_config(config.get("config"))
+        if node.get("class_name") in NESTED_MODEL_CLASSES and "layers" in (node.get("config") or {})
+    )
     units, activation = _output_of(config)
     return ModelFileInfo(
         path=path, format=fmt,
@@ -133,6 +141,7 @@ def info_from_config(
         compiled=compiled, loss=loss,
         has_lambda=bool(lambdas), keras_version=keras_version, lambda_layers=lambdas,
         wrapper=find_wrapper(config), compile=compile, inputs=_inputs_of(config),
+        nested_models=nested,
     )
 
 

@@ -22,7 +22,7 @@ from mgpu_gui.core.datasets.inspection import DataInfo, LabelKind
 from mgpu_gui.core.errors import DataError, ModelError, OutputError, UserError
 from mgpu_gui.core.events import DataChecked
 from mgpu_gui.core.modelfiles.builder import py_builder
-from mgpu_gui.core.modelfiles.builtins import architecture, input_problem
+from mgpu_gui.core.modelfiles.builtins import BACKBONE, architecture, input_problem, no_backbone
 from mgpu_gui.core.modelfiles.info import ModelFileInfo, lambda_refused
 from mgpu_gui.core.runs import checkpoints
 
@@ -115,9 +115,13 @@ def data_sources(config: RunConfig) -> tuple[str, ...]:
 
 
 def check_builder(config: RunConfig, model: ModelFileInfo) -> None:
-    """Refuse a `.py` model file without the builder function the run would call (pure)."""
+    """Refuse a `.py` model file without the builder function the run would call, and a
+    saved model without the backbone its transfer-learning stages freeze (pure; a `.py`
+    builder's backbone shows only when it is built: the probe and the worker check it)."""
     if model.format == "py":
         py_builder(model, config.builder)
+    elif config.freeze_epochs and BACKBONE not in model.nested_models:
+        raise no_backbone(model.path.name)
 
 
 def check_model_fits(config: RunConfig, model: ModelFileInfo, data: DataInfo) -> None:

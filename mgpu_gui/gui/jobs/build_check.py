@@ -27,7 +27,7 @@ def build_key(config: RunConfig) -> Hashable:
     """The settings that decide what the probe builds."""
     return (config.model, file_stamp(config.model), config.data, config.image_size,
             config.allow_unsafe_code, config.sync_batchnorm, config.custom_objects,
-            config.builder)
+            config.builder, bool(config.freeze_epochs))
 
 
 class BuildCheck(QObject):
