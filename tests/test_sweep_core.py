@@ -72,6 +72,15 @@ def test_values_are_parsed_by_their_settings_type():
         assert read_parameter(name, parsed.text) == parsed
 
 
+def test_augmentation_is_swept_on_and_off_where_the_data_are_images(tmp_path):
+    images = BASE.replace(data=str(tmp_path))
+    augment = param("augment", "off;flip,rotate=0.1", images)
+    assert augment.values == ("", "flip,rotate=0.1")
+    assert read_parameter("augment", augment.text) == augment
+    [(name, message)] = problems("augment", "off;flip", BASE)  # the demo's arrays
+    assert name == "augment" and "image folder" in message
+
+
 def test_a_bad_value_names_the_setting_and_the_value():
     assert problems("learning_rate", "1e-3,abc") == [("learning_rate", "'abc' is not a number")]
     [(name, message)] = problems("learning_rate", "1e-3,-1")
@@ -165,6 +174,8 @@ def test_a_sweep_that_cannot_run_says_why():
     countless = SweepSpec(BASE, (param("learning_rate", "log:1e-4..1e-2"),))
     assert "count" in countless.problems()[0][1]
     assert [p[0] for p in grid(("epochs", "2"), search=Search.RANDOM).problems()] == ["samples"]
+    assert grid(("epochs", "2"), gpus_per_trial=0).problems() == [
+        ("gpus_per_trial", "must be at least 1, got 0")]
     # A compiled model file trains with its own optimizer: sweeping the LR needs Override.
     lr = grid(("learning_rate", "1e-3,1e-2"))
     assert lr.problems() == []

@@ -13,7 +13,7 @@ import math
 import statistics
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import ClassVar, TypeVar
 
 from mgpu_gui.core.runs.compare import Direction, direction
 
@@ -35,7 +35,7 @@ class MedianVerdict:
     median: float
     others: int
 
-    text = MEDIAN_STOPPED
+    text: ClassVar[str] = MEDIAN_STOPPED
 
     @property
     def reason(self) -> str:

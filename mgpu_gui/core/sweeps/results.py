@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -115,7 +115,8 @@ def sweep_results(outcomes: Sequence[TrialOutcome], metric: str = DEFAULT_METRIC
                         tuple(groups))
 
 
-def _best(candidates: Sequence[int], value, way: Direction) -> int | None:
+def _best(candidates: Sequence[int], value: Callable[[int], float], way: Direction
+          ) -> int | None:
     """The candidate with the best value; a tie goes to the first (the earlier trial)."""
     best = None
     for index in candidates:

@@ -5,7 +5,8 @@ compare.flatten names them), so a new run setting can be swept with no list to u
 A value is typed by its field and checked by RunConfig.problems(), the one validator;
 a bad one is a ConfigError under the setting's name, which the CLI shows as its flag.
 
-Values: a list (`1e-3,3e-3`, `adam,sgd`, `on,off`), a log range `log:1e-4..1e-2:5` or a
+Values: a list (`1e-3,3e-3`, `adam,sgd`, `on,off`; `;` between values that hold commas,
+`off;flip,rotate=0.1`), a log range `log:1e-4..1e-2:5` or a
 linear range `lin:16..64:4` (ends included). A grid takes a range's points; a random
 search draws from the whole range (log-uniformly for a log range), so there its count
 may be left out.
@@ -17,11 +18,11 @@ import dataclasses
 import math
 import random
 import typing
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum, StrEnum
 from functools import cache
-from types import NoneType, UnionType
+from types import MappingProxyType, NoneType, UnionType
 from typing import Any
 
 from mgpu_gui.core.config import CACHE_MODES, OPTIMIZERS, PRECISIONS, RunConfig
@@ -90,15 +91,17 @@ class Setting:
             except ValueError:
                 raise ValueError(f"{word!r} is not one of "
                                  f"{', '.join(m.value for m in self.kind)}") from None
+        if self.default == "" and word.lower() in _FALSE:
+            return ""  # a text setting that is off when empty (augment)
         if not word:
             raise ValueError("an empty value")
         return word
 
 
 @cache
-def sweepable() -> dict[str, Setting]:
+def sweepable() -> Mapping[str, Setting]:
     """Every RunConfig setting a sweep can vary, in RunConfig's order, by dotted name."""
-    return {s.name: s for s in _settings(RunConfig, RunConfig(), "")}
+    return MappingProxyType({s.name: s for s in _settings(RunConfig, RunConfig(), "")})
 
 
 def _settings(cls: type, defaults: Any, prefix: str) -> Iterator[Setting]:
@@ -144,6 +147,8 @@ def value_text(value: Any) -> str:
     """A value as `parse` reads it back (floats exactly: the store keeps this text)."""
     if value is None:
         return "none"
+    if value == "":
+        return "off"
     if isinstance(value, bool):
         return "on" if value else "off"
     if isinstance(value, Enum):
@@ -174,7 +179,8 @@ class Parameter:
     def text(self) -> str:
         """The values as written, so a stored sweep parses back the same."""
         if self.scale is Scale.LIST:
-            return ",".join(value_text(v) for v in self.values)
+            words = [value_text(v) for v in self.values]
+            return (";" if any("," in w for w in words) else ",").join(words)
         count = f":{len(self.values)}" if self.values else ""
         return f"{self.scale.value}:{self.low!r}..{self.high!r}{count}"
 
@@ -232,7 +238,7 @@ def _parse(found: Setting, text: str) -> Parameter:
     prefix, colon, rest = text.partition(":")
     if colon and prefix.lower() in (Scale.LOG.value, Scale.LINEAR.value):
         return _parse_range(found, Scale(prefix.lower()), rest)
-    values = tuple(found.parse(word) for word in text.split(","))
+    values = tuple(found.parse(word) for word in text.split(";" if ";" in text else ","))
     if len(set(values)) < len(values):
         raise ValueError(f"{text!r} names a value twice")
     return Parameter(found.name, values)

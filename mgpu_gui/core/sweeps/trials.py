@@ -76,8 +76,8 @@ class SweepSpec:
         elif self.samples < 1:
             found.append(("samples", f"a random search draws 1 or more trials, not {self.samples}"))
         for name, value in (("repeats", self.repeats), ("max_parallel", self.max_parallel),
-                            ("gpus_per_trial", self.gpus_per_trial or 1)):
-            if value < 1:
+                            ("gpus_per_trial", self.gpus_per_trial)):
+            if value is not None and value < 1:
                 found.append((name, f"must be at least 1, got {value}"))
         if self.grace < MIN_GRACE:
             found.append(("grace", f"the median rule waits at least {MIN_GRACE} epochs"))
