@@ -18,7 +18,7 @@ from mgpu_gui.core.sweeps.estimate import PastRun, estimate
 from mgpu_gui.core.sweeps.median import MEDIAN_STOPPED, median_verdict, median_verdicts
 from mgpu_gui.core.sweeps.plots import parallel_data, scatter_data
 from mgpu_gui.core.sweeps.results import TrialOutcome, TrialStatus, sweep_results
-from mgpu_gui.core.sweeps.space import Scale, parse_parameter, read_parameter, sweepable, value_of
+from mgpu_gui.core.sweeps.space import Scale, parse_parameter, sweepable, value_of
 from mgpu_gui.core.sweeps.trials import Search, SweepSpec, Trial, plan_trials, trial_problems
 
 BASE = RunConfig(epochs=3, seed=42)
@@ -69,14 +69,14 @@ def test_values_are_parsed_by_their_settings_type():
                        ("learning_rate", "1e-3,3e-3"), ("jit_compile", "on,off"),
                        ("devices.kind", "cpu,gpu"), ("fine_tune_lr", "none,1e-4")):
         parsed = param(name, text)
-        assert read_parameter(name, parsed.text) == parsed
+        assert param(name, parsed.text) == parsed
 
 
 def test_augmentation_is_swept_on_and_off_where_the_data_are_images(tmp_path):
     images = BASE.replace(data=str(tmp_path))
     augment = param("augment", "off;flip,rotate=0.1", images)
     assert augment.values == ("", "flip,rotate=0.1")
-    assert read_parameter("augment", augment.text) == augment
+    assert param("augment", augment.text, images) == augment
     [(name, message)] = problems("augment", "off;flip", BASE)  # the demo's arrays
     assert name == "augment" and "image folder" in message
 
@@ -164,6 +164,11 @@ def test_sweeps_and_trials_survive_json():
     spec = grid(("learning_rate", "log:1e-4..1e-2:3"), ("devices.kind", "cpu,gpu"), repeats=2,
                 median_stop=True, max_parallel=2)
     assert SweepSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
+    # An extended range's points are uneven; they come back as they were.
+    wider = spec.extended([param("learning_rate", "log:1e-2..0.5:2")])
+    assert wider.parameters[0].values == (1e-4, 1e-3, 1e-2, 0.5)
+    assert wider.parameters[0].text == "log:0.0001..0.5:4"
+    assert SweepSpec.from_dict(json.loads(json.dumps(wider.to_dict()))) == wider
     trial = plan_trials(spec)[1]
     back = Trial.from_dict(json.loads(json.dumps(trial.to_dict())))
     assert back == trial and back.key == trial.key

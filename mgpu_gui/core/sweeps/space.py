@@ -175,9 +175,20 @@ class Parameter:
     def setting(self) -> Setting:
         return setting_named(self.name)
 
+    def to_dict(self) -> dict[str, Any]:
+        """For the store: exact even for an extended range, whose points are uneven."""
+        return {"name": self.name, "scale": self.scale.value, "low": self.low,
+                "high": self.high, "values": [value_text(v) for v in self.values]}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Parameter:
+        found = setting_named(data["name"])
+        return cls(found.name, tuple(found.parse(v) for v in data["values"]),
+                   Scale(data["scale"]), data["low"], data["high"])
+
     @property
     def text(self) -> str:
-        """The values as written, so a stored sweep parses back the same."""
+        """The values as a user writes them (parse_parameter reads this back)."""
         if self.scale is Scale.LIST:
             words = [value_text(v) for v in self.values]
             return (";" if any("," in w for w in words) else ",").join(words)
@@ -211,7 +222,7 @@ class Parameter:
 def parse_parameter(name: str, text: str, base: RunConfig) -> Parameter:
     """A swept setting's values from their text, typed and checked against `base` (each
     value in it must pass RunConfig.problems()); ConfigError names the setting."""
-    parameter = read_parameter(name, text)
+    parameter = _read(name, text)
     found = parameter.setting
     checked = parameter.values or (found.kind(parameter.low), found.kind(parameter.high))
     problems = [(name, message if item in message else f"{item}: {message}")
@@ -224,9 +235,7 @@ def parse_parameter(name: str, text: str, base: RunConfig) -> Parameter:
     return parameter
 
 
-def read_parameter(name: str, text: str) -> Parameter:
-    """A swept setting's values from their text, typed but not checked against a config (a
-    stored sweep reads back what was checked when it started)."""
+def _read(name: str, text: str) -> Parameter:
     found = setting_named(name)
     try:
         return _parse(found, text.strip())

@@ -23,7 +23,6 @@ from mgpu_gui.core.runs.compare import setting_text
 from mgpu_gui.core.sweeps.median import MIN_GRACE
 from mgpu_gui.core.sweeps.space import (
     Parameter,
-    read_parameter,
     setting_named,
     value_text,
     with_value,
@@ -123,7 +122,7 @@ class SweepSpec:
     def to_dict(self) -> dict[str, Any]:
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         data["base"] = self.base.to_dict()
-        data["parameters"] = {p.name: p.text for p in self.parameters}
+        data["parameters"] = [p.to_dict() for p in self.parameters]
         data["search"] = self.search.value
         return data
 
@@ -131,8 +130,7 @@ class SweepSpec:
     def from_dict(cls, data: Mapping[str, Any]) -> SweepSpec:
         values = dict(data)
         values["base"] = RunConfig.from_dict(data["base"])
-        values["parameters"] = tuple(read_parameter(name, text)
-                                     for name, text in data["parameters"].items())
+        values["parameters"] = tuple(map(Parameter.from_dict, data["parameters"]))
         values["search"] = Search(data["search"])
         return cls(**values)
 
