@@ -28,10 +28,9 @@ from typing import Protocol
 
 from PySide6.QtCore import Q_ARG, ClassInfo, QMetaObject, QObject, QSettings, Qt
 from PySide6.QtDBus import QDBusConnection, QDBusInterface
-from PySide6.QtGui import QAction
+from PySide6.QtGui import QAction, QGuiApplication
 from PySide6.QtWidgets import QWidget
 
-from mgpu_gui.gui.app import DESKTOP_ID, ICON_NAME
 from mgpu_gui.gui.widgets.notifier import Notice, NoticeKind
 
 DESKTOP_ALERTS_KEY = "notify/desktop"
@@ -95,12 +94,14 @@ class FreedesktopNotifier:
         interface = self._connect()
         if interface is None or not interface.isValid():  # no service (now)
             return
-        hints = {"desktop-entry": DESKTOP_ID}
+        # The desktop entry names our icon too (gui/app.py): the server finds both by it.
+        entry = QGuiApplication.desktopFileName() or APP_NAME
+        hints = {"desktop-entry": entry}
         if urgency is not Urgency.NORMAL:
             hints["urgency"] = int(urgency)
         QMetaObject.invokeMethod(
             interface, "Notify", Qt.ConnectionType.DirectConnection,
-            Q_ARG("QString", APP_NAME), Q_ARG("uint", 0), Q_ARG("QString", ICON_NAME),
+            Q_ARG("QString", APP_NAME), Q_ARG("uint", 0), Q_ARG("QString", entry),
             Q_ARG("QString", title), Q_ARG("QString", text), Q_ARG("QStringList", []),
             Q_ARG("QVariantMap", hints), Q_ARG("int", -1))
 
