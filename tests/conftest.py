@@ -76,11 +76,13 @@ def _isolated_settings(request, tmp_path_factory):
     QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, str(folder))
     QCoreApplication.setOrganizationName("mgpu-gui-tests")
     QCoreApplication.setApplicationName("mgpu-gui-tests")
+    from mgpu_gui.gui.desktop_notify import DESKTOP_ALERTS_KEY
     from mgpu_gui.gui.tool_dialogs import EVALUATE_FINISHED_KEY
 
-    # Windows that finish runs start no evaluator child (TensorFlow, seconds) each; the
-    # test of that switch turns it on.
+    # Windows that finish runs start no evaluator child (TensorFlow, seconds) each, nor
+    # say it on a developer's desktop; the tests of those switches turn them on.
     QSettings().setValue(EVALUATE_FINISHED_KEY, False)
+    QSettings().setValue(DESKTOP_ALERTS_KEY, False)
     yield
 
 

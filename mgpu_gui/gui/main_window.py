@@ -42,6 +42,7 @@ from mgpu_gui.core.events import ClusterFormed, EpochEnd, Event, RunFailed, RunS
 from mgpu_gui.core.runs.claims import DevicesBusyError
 from mgpu_gui.core.runs.folder import RunDir
 from mgpu_gui.core.runs.store import RunStore
+from mgpu_gui.gui.desktop_notify import DesktopAlerts
 from mgpu_gui.gui.export_actions import ExportActions
 from mgpu_gui.gui.jobs.exporter import ModelExporter
 from mgpu_gui.gui.jobs.run_controller import RunController, RunState
@@ -85,6 +86,7 @@ class MainWindow(ToolDialogs, RunHistory, ExportActions, QMainWindow):
             self.controller.store = self._open_store()
         self.store: RunStore | None = self.controller.store
         self.exporter = ModelExporter(self)
+        self.desktop_alerts = DesktopAlerts(self)  # run ends, while the window is behind
         self.last_run: RunDir | None = None
         self._quit_after_run = False
 
@@ -180,6 +182,7 @@ class MainWindow(ToolDialogs, RunHistory, ExportActions, QMainWindow):
         run_menu.addAction(self.batch_action)
         run_menu.addAction(self.evaluate_action)
         run_menu.addAction(self.make_evaluate_finished_action())
+        run_menu.addAction(self.desktop_alerts.action)
         help_menu = bar.addMenu("&Help")
         help_menu.addAction(self.doctor_action)
         help_menu.addAction(self.about_action)
@@ -259,6 +262,7 @@ class MainWindow(ToolDialogs, RunHistory, ExportActions, QMainWindow):
         self.controller.finished.connect(self._run_finished)
         self.controller.state_changed.connect(lambda state: self._update_actions())
         self.exporter.finished.connect(self._export_finished)
+        self.notifier.noticed.connect(self.desktop_alerts.hear)
         self.runs_panel.show_curves_requested.connect(self.show_run_curves)
         self.runs_panel.resume_requested.connect(self.resume_run)
         self.runs_panel.runs_deleted.connect(self._runs_deleted)

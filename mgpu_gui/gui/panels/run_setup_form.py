@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import shlex
 from collections.abc import Iterator
 
 from PySide6.QtCore import Signal
@@ -29,6 +30,7 @@ from mgpu_gui.core.config import (
 )
 from mgpu_gui.core.datasets.inspection import DataInfo
 from mgpu_gui.core.modelfiles.builtins import ARCHITECTURES, IMAGENET, NO_WEIGHTS, architecture
+from mgpu_gui.core.runs.finish_hook import parse_command
 from mgpu_gui.gui.panels.run_setup_layout import RunSetupLayout
 from mgpu_gui.gui.widgets.field_cells import ERROR_COLOR
 
@@ -41,7 +43,7 @@ FIELD_NAMES = {
     "output_dir": "Output folder", "lr_scaling.warmup_epochs": "LR warm-up",
     "precision": "Precision", "jit_compile": "XLA", "augment": "Augmentation", "cache": "Cache",
     "freeze_epochs": "Freeze", "unfreeze": "Fine-tune layers", "fine_tune_lr": "Fine-tune LR",
-    "lr_scaling.enabled": "LR scaling",
+    "lr_scaling.enabled": "LR scaling", "on_finish": "On finish",
 }
 NOT_IMAGES = ("Augmentation transforms images: choose an image folder as the data to use it. "
               "The transforms ticked here come back with the next image folder.")
@@ -96,6 +98,7 @@ class RunSetupForm(RunSetupLayout):
             # Kept ticked for other data, but only an image folder is augmented.
             augment=self.augment_picker.spec() if kind == "images" else "",
             output_dir=self.output_edit.text().strip() or "~/mgpu-runs",
+            on_finish=self._on_finish()[0],
         )
 
     def set_config(self, config: RunConfig) -> None:
@@ -134,6 +137,7 @@ class RunSetupForm(RunSetupLayout):
                 self.augment_picker.set_spec(config.augment)
             self._update_augment_note()
             self.output_edit.setText(config.output_dir)
+            self.on_finish_edit.setText(shlex.join(config.on_finish))
         self._edited()
 
     def train_from_scratch(self) -> None:
@@ -158,6 +162,9 @@ class RunSetupForm(RunSetupLayout):
         if "learning_rate" in problems and math.isnan(config.learning_rate):
             problems["learning_rate"] = (f"{self.lr_edit.text().strip() or 'nothing'} is not a "
                                          "number; type e.g. 0.001 or 1e-3.")
+        unsplit = self._on_finish()[1]
+        if unsplit:
+            problems["on_finish"] = unsplit
         kind = self.data_kind.currentData()
         if kind != "demo" and not self.data_edit.text().strip():
             problems["data"] = ("choose the .npz file" if kind == "npz"
@@ -214,6 +221,7 @@ class RunSetupForm(RunSetupLayout):
 
     def _connect(self) -> None:
         for edit in (self.model_edit, self.data_edit, self.lr_edit, self.output_edit,
+                     self.on_finish_edit,
                      self.pretrained_combo.lineEdit(), self.unfreeze_combo.lineEdit(),
                      self.fine_tune_lr_edit):
             edit.textChanged.connect(self._edited)
@@ -243,6 +251,13 @@ class RunSetupForm(RunSetupLayout):
             return float(self.lr_edit.text().strip())
         except ValueError:
             return math.nan
+
+    def _on_finish(self) -> tuple[tuple[str, ...], str]:
+        """The on-finish command's words, and why the line cannot be split (else "")."""
+        try:
+            return parse_command(self.on_finish_edit.text()), ""
+        except ValueError as error:
+            return (), f"{error}; close the quote, or write a quote meant as text as \\'."
 
     def _fine_tune_lr(self) -> float | None:
         text = self.fine_tune_lr_edit.text().strip()

@@ -416,6 +416,16 @@ class RunSetupLayout(QWidget):
                    "Each run gets a subfolder here: checkpoints, logs, the exported model.")
         self._name(self.output_browse, "Browse for the output folder", "Choose the folder.")
         self._add(section, "Folder", "output_dir", [self.output_edit, self.output_browse])
+        self.on_finish_edit = QLineEdit()
+        self.on_finish_edit.setPlaceholderText("a command, e.g. notify-send 'run ended'")
+        self._name(self.on_finish_edit, "On-finish command",
+                   "Run when the run ends (completed, stopped or failed), for mail or chat: "
+                   "words split as a shell would, but no shell runs it (no pipes or $VARS); "
+                   "stopped after 30 s; what it prints goes to the run's worker.log. Its "
+                   "environment says which run: MGPU_RUN_ID, MGPU_RUN_NAME, MGPU_RUN_STATUS, "
+                   "MGPU_RUN_FOLDER, MGPU_RUN_BEST. It runs also for a queued run, with this "
+                   "window closed. Empty: nothing runs.")
+        self._add(section, "On finish", "on_finish", [self.on_finish_edit])
     def _name(self, widget: QWidget, name: str, tooltip: str) -> None:
         widget.setAccessibleName(name)
         widget.setToolTip(tooltip)

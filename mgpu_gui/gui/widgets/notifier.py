@@ -5,8 +5,8 @@ the window's one `Notifier`, which says it in the status bar and in a toast over
 the plots' lower right corner (the window's, when the plots are dragged away) that
 fades after a few seconds. The toast takes neither focus nor clicks (they reach
 what lies under it), and it sits far from the toolbar, so it never covers Train.
-Other sinks (desktop notifications) can listen to `Notifier.noticed` and hear the
-same notices.
+Other sinks listen to `Notifier.noticed` and hear the same notices: desktop
+notifications (gui/desktop_notify.py) take those marked `alert`.
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ class Notice:
     kind: NoticeKind
     title: str
     text: str = ""
+    alert: bool = False  # a run's end: also said on the desktop while the window is behind
 
     @property
     def line(self) -> str:
