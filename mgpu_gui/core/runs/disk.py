@@ -48,12 +48,14 @@ class RunSize:
         return self.checkpoints + self.exports + self.other
 
     def describe(self) -> str:
+        """The sizes by kind, a line each."""
         size = ckpt.format_bytes
-        text = (f"{size(self.total)}: checkpoints {size(self.checkpoints)}, exports "
-                f"{size(self.exports)}, the rest {size(self.other)}")
+        lines = [f"{size(self.total)} in all", f"Checkpoints (best, last, the resume backup): "
+                 f"{size(self.checkpoints)}", f"Exported models: {size(self.exports)}",
+                 f"The rest (events, logs, caches, evaluations): {size(self.other)}"]
         if self.prunable:
-            text += f"; pruning frees {size(self.prunable)}"
-        return text
+            lines.append(f"Pruning its checkpoints frees {size(self.prunable)}")
+        return "\n".join(lines)
 
 
 @dataclass(frozen=True)
