@@ -206,6 +206,7 @@ class RunsPanel(QWidget):
             "manager", self.reveal_folder)
         self.prune_action = action("Prune checkpoints…", PRUNE_TIP, lambda: (
             self.pruner.ask(self.selected_records()), self._update_actions()))
+        self.prune_action.setIconText("Prune")  # its button: at 1280x720 the table keeps room
         self.delete_action = action(
             "Delete…", "Delete the selected runs: their folders and history (asks first)",
             self.delete_selected, QKeySequence.StandardKey.Delete)

@@ -94,9 +94,10 @@ class RunsPruner(QObject):
         text = (f"Prune the checkpoints of {whose}? This frees {format_bytes(frees)}: old "
                 f"epoch checkpoints, backups never committed, temporary files of crashed "
                 f"writers and decoded-image caches (a resume rebuilds them).\n\n{KEPT}")
-        if selected > len(records):
-            text += (f"\n\n{selected - len(records)} of the selected runs have nothing to "
-                     f"prune or are running: they are left alone.")
+        if (left := selected - len(records)) > 0:
+            text += (f"\n\n{left} of the selected runs {'has' if left == 1 else 'have'} "
+                     f"nothing to prune or {'is' if left == 1 else 'are'} running: "
+                     f"{'it is' if left == 1 else 'they are'} left alone.")
         answer = QMessageBox.question(
             self.parent_widget, "Prune checkpoints", text,
             QMessageBox.StandardButton.Yes | QMessageBox.StandardButton.Cancel,
