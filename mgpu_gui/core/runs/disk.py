@@ -32,6 +32,7 @@ _CHECKPOINT_FOLDERS = ("checkpoints", "backup")
 _KEPT_CHECKPOINTS = ("best.keras", "last.keras")
 _MODEL_SUFFIXES = (".keras", ".h5")
 _CACHE = "cache"
+_RUNNING = "it is still running (its training process holds the run's lock)"
 
 
 @dataclass(frozen=True)
@@ -130,6 +131,9 @@ def prune(folder: Path) -> PrunePlan:
         return PrunePlan(folder, skipped=_RUNNING)
     except FileNotFoundError:
         return PrunePlan(folder, skipped="its folder was deleted")
+    except OSError as error:  # a read-only folder: nothing could be removed either
+        return PrunePlan(folder, skipped=f"its folder cannot be changed "
+                                         f"({error.strerror or error})")
     try:
         files = _walk(folder)
         remove, _ = _plan(folder, files)
@@ -147,9 +151,6 @@ def prune(folder: Path) -> PrunePlan:
                          _frees(files, gone), problems=tuple(problems))
     finally:
         lock.release()
-
-
-_RUNNING = "it is still running (its training process holds the run's lock)"
 
 
 def _plan(folder: Path, files: list[_File]) -> tuple[tuple[Path, ...], int]:
