@@ -423,7 +423,8 @@ def test_data_column_tells_runs_apart_and_long_paths_keep_their_ends(
     for column, full in ((Column.DATA, str(deep)), (Column.MODEL, str(model))):
         assert header.sectionSize(column) < metrics.horizontalAdvance(cell(panel, 0, column))
         assert full in panel.proxy.index(0, column).data(Qt.ItemDataRole.ToolTipRole)
-    for column in (Column.STATUS, Column.STARTED, Column.DEVICES, Column.EPOCHS, Column.BEST):
+    for column in (Column.STATUS, Column.STARTED, Column.DEVICES, Column.EPOCHS, Column.BEST,
+                   Column.SIZE):
         assert header.sectionSize(column) >= table.sizeHintForColumn(column), COLUMNS[column]
     assert header.length() <= table.viewport().width()  # the whole row, no sideways scroll
     assert header.sectionSize(Column.STATUS) > metrics.horizontalAdvance("Early stopped")

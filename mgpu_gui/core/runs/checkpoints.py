@@ -112,10 +112,15 @@ def remove_temp_files(folder: Path) -> list[Path]:
     removed = []
     with contextlib.suppress(OSError):
         for path in folder.iterdir():
-            if path.name.startswith(".") and _TEMP_MARK in path.name:
+            if is_temp_name(path.name):
                 _remove(path)
                 removed.append(path)
     return removed
+
+
+def is_temp_name(name: str) -> bool:
+    """A file name `temp_name` makes: a write under way, or one whose writer died."""
+    return name.startswith(".") and _TEMP_MARK in name
 
 
 def temp_files(folder: Path) -> list[Path]:
@@ -166,8 +171,14 @@ def prune_backup(folder: Path, keep: Path) -> None:
     """Remove the backup's model files other than `keep` (links elsewhere stay valid)."""
     with contextlib.suppress(OSError):
         for path in folder.iterdir():
-            if path.name != keep.name and _EPOCH_FILE.match(path.name):
+            if is_stale_backup_model(path.name, keep):
                 _remove(path)
+
+
+def is_stale_backup_model(name: str, keep: Path | None) -> bool:
+    """An epoch's model file in the backup folder that is not `keep` (the committed one;
+    None: none is committed)."""
+    return bool(_EPOCH_FILE.match(name)) and (keep is None or name != keep.name)
 
 
 # -- disk space and write failures ------------------------------------------------

@@ -1,7 +1,9 @@
 """The run history read off the GUI thread: the Runs tab's query grows with the history.
 
 A thread of its own holds its own store connection (`RunStore` is one
-connection per thread) and reads every run when asked. Asking again while a
+connection per thread) and reads every run when asked, with each run folder's
+size (a walk of every folder: 55 ms for 200 runs of 23 files on 2 busy cores,
+cheap beside a 5 s refresh, so nothing is cached). Asking again while a
 read is under way folds into one more read after it, and a read that began
 before the latest request is not delivered: whoever asks gets rows at least as
 new as their request.
@@ -19,13 +21,14 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, Signal
 
+from mgpu_gui.core.runs.disk import measure
 from mgpu_gui.core.runs.store import RunStore
 
 
 class RunsReader(QObject):
     """Reads the store's runs in a thread of its own; `records` arrive on the GUI thread."""
 
-    records = Signal(list)  # list[RunRecord], newest first
+    records = Signal(list, object)  # list[RunRecord], newest first; {run id: RunSize | None}
     failed = Signal(str)  # what went wrong, in words
     _read = Signal(int, object)  # from the thread: (request number, records or message)
 
@@ -62,7 +65,8 @@ class RunsReader(QObject):
                 asked = self._asked
                 try:
                     store = store or RunStore(self.path)
-                    result: list | str = store.runs()
+                    records = store.runs()
+                    result: tuple | str = (records, {r.id: measure(r.run_dir) for r in records})
                 except Exception as error:  # a broken or locked store must not break the app
                     result = f"Could not read the run history: {error}"
                 self._read.emit(asked, result)
@@ -70,10 +74,10 @@ class RunsReader(QObject):
             if store is not None:
                 store.close()
 
-    def _deliver(self, asked: int, result: list | str) -> None:
+    def _deliver(self, asked: int, result: tuple | str) -> None:
         if self._stopped or asked != self._asked:  # queued before stop(), or asked again
             return
         if isinstance(result, str):
             self.failed.emit(result)
         else:
-            self.records.emit(result)
+            self.records.emit(*result)

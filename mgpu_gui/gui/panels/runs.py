@@ -1,16 +1,16 @@
 """The Runs tab: the run history from the store, and what can be done with past runs.
 
 The table lists every run the store knows (newest first): its state, when it
-started, its name, tags, model, data, devices, epochs and best epoch (the table
+started, its name, tags, model, data, devices, epochs, best epoch and size (the table
 view fits the columns: widgets/runs_view.py). A search box above narrows it by
 tag, state and text (core/runs/search.py). For the selected runs it offers:
 show one run's curves, compare several, evaluate one, edit its note and tags,
-resume one that was stopped, failed or interrupted, reveal its folder, delete
-runs (folder and row). Showing curves and resuming are the main window's to do:
-the panel asks by signal. The history is read in a thread of its own (it grows
-with every run: never on the GUI thread), on run events and, while the tab is
-visible, on a slow timer (runs started from a terminal show up); `refreshed`
-says when the rows are in.
+resume one that was stopped, failed or interrupted, reveal its folder, prune
+old checkpoints (runs_prune.py), delete runs (folder and row). Showing curves
+and resuming are the main window's to do: the panel asks by signal. The history
+is read in a thread of its own (it grows with every run: never on the GUI
+thread), on run events and, while the tab is visible, on a slow timer (runs
+started from a terminal show up); `refreshed` says when the rows are in.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ from mgpu_gui.gui.dialogs.run_compare import RunCompareDialog
 from mgpu_gui.gui.dialogs.run_notes import RunNotesDialog, known_tags
 from mgpu_gui.gui.jobs.compare_reader import CompareRequest
 from mgpu_gui.gui.jobs.runs_reader import RunsReader
+from mgpu_gui.gui.panels.runs_prune import PRUNE_TIP, RunsPruner
 from mgpu_gui.gui.widgets.focus import return_focus_on_close
 from mgpu_gui.gui.widgets.runs_table import (
     COLUMNS,
@@ -121,6 +122,8 @@ class RunsPanel(QWidget):
         self.message.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.message.hide()
 
+        self.pruner = RunsPruner(self, lambda: self.model.sizes)
+        self.pruner.finished.connect(lambda text: (self.show_message(text), self.refresh()))
         self._build_actions()
         buttons = QVBoxLayout()
         buttons.setSpacing(2)
@@ -201,13 +204,16 @@ class RunsPanel(QWidget):
         self.reveal_action = action(
             "Reveal folder", "Open the run's folder (checkpoints, logs, exports) in the file "
             "manager", self.reveal_folder)
+        self.prune_action = action("Prune checkpoints…", PRUNE_TIP, lambda: (
+            self.pruner.ask(self.selected_records()), self._update_actions()))
+        self.prune_action.setIconText("Prune")  # its button: at 1280x720 the table keeps room
         self.delete_action = action(
             "Delete…", "Delete the selected runs: their folders and history (asks first)",
             self.delete_selected, QKeySequence.StandardKey.Delete)
         self.actions_by_key = {"show": self.show_curves_action, "compare": self.compare_action,
                                "evaluate": self.evaluate_action, "notes": self.notes_action,
                                "resume": self.resume_action, "reveal": self.reveal_action,
-                               "delete": self.delete_action}
+                               "prune": self.prune_action, "delete": self.delete_action}
 
     # -- state from the window -------------------------------------------------------------
 
@@ -224,8 +230,8 @@ class RunsPanel(QWidget):
             return
         self.reader.request()
 
-    def _show_records(self, records: list[RunRecord]) -> None:
-        self.table.measure_columns(changed=self.model.set_records(records))
+    def _show_records(self, records: list[RunRecord], sizes: dict) -> None:
+        self.table.measure_columns(changed=self.model.set_records(records, sizes))
         self.stack.setCurrentWidget(self.table if records else self.empty_label)
         self._show_matches()
         self._update_actions()
@@ -249,6 +255,7 @@ class RunsPanel(QWidget):
         self._timer.stop()
         if self.reader is not None:
             self.reader.stop()
+        self.pruner.shutdown()
         for dialog in list(self._dialogs):
             dialog.close()
         self.wait_for_deletions(DELETE_JOIN_S)
@@ -460,6 +467,7 @@ class RunsPanel(QWidget):
             "resume": (resume_blocker is None, resume_blocker or ""),
             "reveal": (one and selected[0].folder_exists,
                        "Select one run whose folder exists"),
+            "prune": self.pruner.state(selected),
             "delete": (bool(selected), "Select the runs to delete"),
         }
         for key, (enabled, reason) in states.items():

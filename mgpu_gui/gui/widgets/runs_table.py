@@ -5,7 +5,8 @@ alone); sorting uses raw values (times, fractions), not the displayed text.
 Model and data are shown as paths (home as ~), so two runs of "model.keras" on
 different data tell apart; the view elides them in the middle, keeping the file
 name, and their tooltips hold the whole path. A run's tags have a column; its
-note, free text of any length, is in the tooltips of its name and tags.
+note, free text of any length, is in the tooltips of its name and tags. Its folder's
+size (measured with the rows, off the GUI thread) has a column, by kind in its tooltip.
 `RunsFilter` keeps the rows a search (core/runs/search.py) matches.
 """
 
@@ -28,6 +29,8 @@ from PySide6.QtGui import QBrush, QColor, QGuiApplication, QIcon, QPainter, QPal
 
 from mgpu_gui.core.config import DEMO
 from mgpu_gui.core.eventtext import best_text as best_of
+from mgpu_gui.core.runs.checkpoints import format_bytes
+from mgpu_gui.core.runs.disk import RunSize
 from mgpu_gui.core.runs.search import RunQuery
 from mgpu_gui.core.runs.store import RunRecord, RunState
 from mgpu_gui.gui.theme import on_background
@@ -52,6 +55,7 @@ class Column(IntEnum):
     DEVICES = 6
     EPOCHS = 7
     BEST = 8
+    SIZE = 9
 
 
 COLUMNS = tuple(column.name.capitalize() for column in Column)
@@ -62,6 +66,8 @@ ID_ROLE = Qt.ItemDataRole.UserRole + 1
 _STAMP = re.compile(r"^\d{8}-\d{6}-")  # run folders are "<date>-<time>-<name>"
 _GPU_NAME = re.compile(r"^GPU (\d+(?: MIG \d+)?)")
 MISSING = "#888888"
+_SIZE_ROLES = (Qt.ItemDataRole.DisplayRole, SORT_ROLE, Qt.ItemDataRole.ToolTipRole,
+               Qt.ItemDataRole.TextAlignmentRole)
 
 
 def folder_label(folder_name: str) -> str:
@@ -155,19 +161,22 @@ class RunsTableModel(QAbstractTableModel):
     def __init__(self, parent: QObject | None = None):
         super().__init__(parent)
         self.records: list[RunRecord] = []
+        self.sizes: dict[int, RunSize | None] = {}  # by run id; None: no folder
         self._icons = {state: _status_icon(color) for state, (_, color) in STATUS_TEXT.items()}
 
-    def set_records(self, records: list[RunRecord]) -> bool:
-        """Show `records`; returns whether any row changed."""
+    def set_records(self, records: list[RunRecord],
+                    sizes: dict[int, RunSize | None] | None = None) -> bool:
+        """Show `records` (and their folders' `sizes`); returns whether any row changed."""
+        sizes = sizes or {}
         if [r.id for r in records] == [r.id for r in self.records]:
             changed = [i for i, (new, old) in enumerate(zip(records, self.records, strict=True))
-                       if new != old]
-            self.records = records
+                       if new != old or sizes.get(new.id) != self.sizes.get(new.id)]
+            self.records, self.sizes = records, sizes
             for row in changed:  # selection and scroll position stay as they are
                 self.dataChanged.emit(self.index(row, 0), self.index(row, len(COLUMNS) - 1))
             return bool(changed)
         self.beginResetModel()
-        self.records = records
+        self.records, self.sizes = records, sizes
         self.endResetModel()
         return True
 
@@ -188,6 +197,8 @@ class RunsTableModel(QAbstractTableModel):
         if not index.isValid():
             return None
         record, column = self.records[index.row()], index.column()
+        if column == Column.SIZE and role in _SIZE_ROLES:
+            return self._size_data(self.sizes.get(record.id), role)
         if role == Qt.ItemDataRole.DisplayRole:
             return self._text(record, column)
         if role == SORT_ROLE:
@@ -206,6 +217,16 @@ class RunsTableModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.TextAlignmentRole and column == Column.EPOCHS:
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
+
+    @staticmethod
+    def _size_data(size: RunSize | None, role: int):
+        if role == Qt.ItemDataRole.DisplayRole:
+            return "–" if size is None else format_bytes(size.total)
+        if role == SORT_ROLE:
+            return -1 if size is None else size.total
+        if role == Qt.ItemDataRole.ToolTipRole:
+            return "Its folder no longer exists." if size is None else size.describe()
+        return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
 
     @staticmethod
     def _text(record: RunRecord, column: int) -> str:
