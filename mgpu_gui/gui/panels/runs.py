@@ -58,6 +58,7 @@ from mgpu_gui.gui.dialogs.run_compare import RunCompareDialog
 from mgpu_gui.gui.dialogs.run_notes import RunNotesDialog, known_tags
 from mgpu_gui.gui.jobs.compare_reader import CompareRequest
 from mgpu_gui.gui.jobs.runs_reader import RunsReader
+from mgpu_gui.gui.panels.runs_csv import CSV_TIP, RunsCsvExport
 from mgpu_gui.gui.widgets.focus import return_focus_on_close
 from mgpu_gui.gui.widgets.runs_table import (
     COLUMNS,
@@ -153,6 +154,7 @@ class RunsPanel(QWidget):
         self.addAction(find)
 
         self.reader = None if store is None else RunsReader(store.path, self)
+        self.csv_export = None if store is None else RunsCsvExport(self, store.path)
         if self.reader is not None:
             self.reader.records.connect(self._show_records)
             self.reader.failed.connect(self.show_message)
@@ -198,6 +200,8 @@ class RunsPanel(QWidget):
         self.resume_action = action(
             "Resume", "Continue the selected run from its last complete epoch, up to the "
             "epochs it asked for", self.request_resume)
+        self.csv_action = action(  # enabled only with a store (runs selected)
+            "Export CSV…", CSV_TIP, lambda: self.csv_export.ask_and_export(self.selected_records()))
         self.reveal_action = action(
             "Reveal folder", "Open the run's folder (checkpoints, logs, exports) in the file "
             "manager", self.reveal_folder)
@@ -206,7 +210,8 @@ class RunsPanel(QWidget):
             self.delete_selected, QKeySequence.StandardKey.Delete)
         self.actions_by_key = {"show": self.show_curves_action, "compare": self.compare_action,
                                "evaluate": self.evaluate_action, "notes": self.notes_action,
-                               "resume": self.resume_action, "reveal": self.reveal_action,
+                               "resume": self.resume_action, "csv": self.csv_action,
+                               "reveal": self.reveal_action,
                                "delete": self.delete_action}
 
     # -- state from the window -------------------------------------------------------------
@@ -249,6 +254,8 @@ class RunsPanel(QWidget):
         self._timer.stop()
         if self.reader is not None:
             self.reader.stop()
+        if self.csv_export is not None:
+            self.csv_export.shutdown()
         for dialog in list(self._dialogs):
             dialog.close()
         self.wait_for_deletions(DELETE_JOIN_S)
@@ -458,6 +465,7 @@ class RunsPanel(QWidget):
                          "Select one run, with its folder and at least one complete epoch"),
             "notes": (one, "Select one run"),
             "resume": (resume_blocker is None, resume_blocker or ""),
+            "csv": (bool(selected), "Select the runs to export"),
             "reveal": (one and selected[0].folder_exists,
                        "Select one run whose folder exists"),
             "delete": (bool(selected), "Select the runs to delete"),
