@@ -95,7 +95,7 @@ class CurvesPanel(QWidget):
         self._store.reset()
         self._dirty: set[str] = set()  # series to draw again: new data, or a display change
         self._best_dirty = True
-        self._run_dir: Path | None = None  # the run shown: exported plots are named after it
+        self.run_dir: Path | None = None  # the run shown: exported plots are named after it
         for family in self._families:  # back to the spares: built and painted already
             plot = self._plots[family]
             self._grid.removeWidget(plot.widget)
@@ -284,8 +284,8 @@ class CurvesPanel(QWidget):
         for widget, name in ((self._lr_plot, "Learning rate plot"),
                              (self._rate_plot, "Throughput plot")):
             widget.setAccessibleName(name)
-            install_export(widget, lambda: self._run_dir)
-        install_export(self._telemetry.widget, lambda: self._run_dir)
+            install_export(widget, lambda: self.run_dir)
+        install_export(self._telemetry.widget, lambda: self.run_dir)
         # The throughput and the telemetry side by side, under the metric plots right of the
         # first: the learning rate stays under the first, as wide, so its linked x axis
         # lines up with it (pyqtgraph aligns linked views that overlap by their pixels).
@@ -301,7 +301,7 @@ class CurvesPanel(QWidget):
 
     def _make_shell(self, title: str = "") -> FamilyPlot:
         plot = FamilyPlot.build(title, X_LABELS[self._x_axis], self._colors)
-        install_export(plot.widget, lambda: self._run_dir)
+        install_export(plot.widget, lambda: self.run_dir)
         return plot
 
     def _add_family(self, family: str) -> None:
@@ -352,7 +352,7 @@ class CurvesPanel(QWidget):
         for family in self._store.ingest(event):
             self._add_family(family)
         if isinstance(event, RunStarted):
-            self._run_dir = Path(event.run_dir)
+            self.run_dir = Path(event.run_dir)
             self._apply_x_range()
 
     # -- drawing -------------------------------------------------------------------

@@ -6,8 +6,8 @@ logical pixels (half the pixels the screen shows at 200 % scaling) and its SVG
 exporter fails on the paths Qt 6 writes (pyqtgraph 0.14: a ValueError in
 `correctCoordinates`). Here the PNG is the view as painted (`QWidget.grab`: its
 size times the device pixel ratio, on the plot's background, which the theme
-sets), and the SVG is the view painted into a `QSvgGenerator` (curves as paths,
-text as text).
+sets), and the SVG is the view painted into a `QSvgGenerator` (curves and markers
+as paths, text as text).
 
 Both are written on the GUI thread: measured on 2 busy cores, a 600x400 plot at
 QT_SCALE_FACTOR=2 (1200x800 pixels) takes ~25 ms to grab and ~25 ms to encode as
@@ -76,7 +76,7 @@ def ask_and_export(widget: pg.PlotWidget, fmt: ImageFormat,
     return target
 
 
-def export_plot(widget: QWidget, path: Path, fmt: ImageFormat) -> None:
+def export_plot(widget: pg.PlotWidget, path: Path, fmt: ImageFormat) -> None:
     """Write the widget as shown to `path`; UserError says why it could not be written."""
     data = QByteArray()
     buffer = QBuffer(data)
@@ -88,10 +88,20 @@ def export_plot(widget: QWidget, path: Path, fmt: ImageFormat) -> None:
         generator.setOutputDevice(buffer)
         generator.setSize(widget.size())
         generator.setViewBox(QRect(0, 0, widget.width(), widget.height()))
+        generator.setResolution(widget.logicalDpiX())  # else text and view scale apart
         generator.setTitle(plot_name(widget))
+        # In export mode pyqtgraph draws markers as shapes, not from its pixmap atlas
+        # (which would put raster images into the SVG).
+        items = [i for i in widget.scene().items() if hasattr(i, "setExportMode")]
+        for item in items:
+            item.setExportMode(True, {"antialias": True})
         painter = QPainter(generator)
-        widget.render(painter)
-        painter.end()
+        try:
+            widget.render(painter)
+        finally:
+            painter.end()
+            for item in items:
+                item.setExportMode(False)
     buffer.close()
     try:
         path.write_bytes(data.data())
