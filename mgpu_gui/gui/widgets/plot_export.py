@@ -9,10 +9,12 @@ size times the device pixel ratio, on the plot's background, which the theme
 sets), and the SVG is the view painted into a `QSvgGenerator` (curves and markers
 as paths, text as text).
 
-Both are written on the GUI thread: measured on 2 busy cores, a 600x400 plot at
-QT_SCALE_FACTOR=2 (1200x800 pixels) takes ~25 ms to grab and ~25 ms to encode as
-PNG; its SVG ~3 ms (the curves are already thinned to the pixels). What happened
-goes to the window's notifier.
+Both are written on the GUI thread, once, after the file dialog: measured on 2 busy
+cores at QT_SCALE_FACTOR=2, a 600x400 plot with a few curves (1200x800 pixels)
+takes ~25 ms to grab and ~25 ms to encode; a 640x410 loss plot with 10,000 batch
+points ~120 ms to grab (painting it, which only the GUI thread can do) and ~40 ms to
+encode. Its SVG takes 3-25 ms (the curves are already thinned to the pixels). What
+happened goes to the window's notifier.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ import pyqtgraph as pg
 from PySide6.QtCore import QBuffer, QByteArray, QIODevice, QRect
 from PySide6.QtGui import QAction, QPainter
 from PySide6.QtSvg import QSvgGenerator
-from PySide6.QtWidgets import QWidget
 
 from mgpu_gui.core.errors import UserError
 from mgpu_gui.gui.widgets.notifier import Notice, NoticeKind, notify_from
@@ -110,16 +111,14 @@ def export_plot(widget: pg.PlotWidget, path: Path, fmt: ImageFormat) -> None:
                         "file or folder.") from None
 
 
-def plot_name(widget: QWidget) -> str:
+def plot_name(widget: pg.PlotWidget) -> str:
     """The plot's title ("Loss", "Devices (%)"), else its accessible name without
-    " plot" and any explanation after a colon."""
-    title = widget.getPlotItem().titleLabel.text if isinstance(widget, pg.PlotWidget) else ""
-    if title:
-        return title
-    return re.sub(r" plot$", "", widget.accessibleName().split(":")[0]) or "plot"
+    " plot" and any explanation after a colon ("Residuals: each sample's ...")."""
+    title = widget.getPlotItem().titleLabel.text
+    return title or re.sub(r" plot$", "", widget.accessibleName().split(":")[0]) or "plot"
 
 
-def suggested_path(widget: QWidget, fmt: ImageFormat,
+def suggested_path(widget: pg.PlotWidget, fmt: ImageFormat,
                    run_folder: RunFolder | None = None) -> Path:
     """`<run folder name>-<plot>.<fmt>` beside the run's folder (as a model export is
     suggested), else `<plot>.<fmt>` in the home folder."""
