@@ -288,7 +288,7 @@ def test_reveal_opens_the_run_folder(qtbot, panel, store, tmp_path):
     panel.open_url = opened.append
     refresh(qtbot, panel)
     panel.select_runs([record.id])
-    panel.buttons["reveal"].click()
+    panel.reveal_action.trigger()
     assert opened == [QUrl.fromLocalFile(str(record.run_dir))]
 
 

@@ -79,7 +79,7 @@ def test_prune_asks_with_what_it_frees_then_prunes_in_the_background(
 
     panel.select_runs([made[n].id for n in ("old", "resumed", "clean", "busy")])
     monkeypatch.setattr(QMessageBox, "question", answer(QMessageBox.StandardButton.Cancel))
-    panel.buttons["prune"].click()
+    panel.prune_action.trigger()
     assert f"these 2 runs? This frees {format_bytes(frees['old'] + frees['resumed'])}" in asked[0]
     assert "2 of the selected runs have nothing to prune or are running" in asked[0]
     assert disk.measure(old.path).total == total  # cancelled: nothing changed
@@ -88,7 +88,7 @@ def test_prune_asks_with_what_it_frees_then_prunes_in_the_background(
     lock = RunLock.acquire(resumed.path)  # resumed from a terminal since the last read
     try:
         with qtbot.waitSignal(panel.refreshed, timeout=5_000):
-            panel.buttons["prune"].click()
+            panel.prune_action.trigger()
             assert not panel.prune_action.isEnabled()  # while it prunes
     finally:
         lock.release()

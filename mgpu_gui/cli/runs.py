@@ -24,7 +24,7 @@ from mgpu_gui.core.eventtext import best_text
 from mgpu_gui.core.runs import disk
 from mgpu_gui.core.runs.checkpoints import format_bytes
 from mgpu_gui.core.runs.environment import read_environment
-from mgpu_gui.core.runs.epoch_table import epoch_table, write_csv
+from mgpu_gui.core.runs.epoch_table import export_csv
 from mgpu_gui.core.runs.search import RunQuery
 from mgpu_gui.core.runs.store import RunRecord, RunState, RunStore
 from mgpu_gui.core.runs.tags import split_tags
@@ -119,9 +119,7 @@ def _annotate(store: RunStore, args: argparse.Namespace) -> int:
 
 def _export(store: RunStore, args: argparse.Namespace) -> int:
     run_ids = list(dict.fromkeys(store.resolve(ref).id for ref in args.runs))
-    table = epoch_table(store, run_ids)
-    write_csv(table, args.output)
-    print(f"Wrote {len(table.rows)} epoch row(s) of {len(run_ids)} run(s) to {args.output}.")
+    print(export_csv(store, run_ids, args.output))
     return 0
 
 

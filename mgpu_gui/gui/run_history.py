@@ -69,6 +69,7 @@ class RunHistory:
             self.banner.show_error(str(error))
             return
         self.curves.load_events(events)
+        self.curves.run_dir = record.run_dir  # stored curves hold no RunStarted
         self.curves.mark_fine_tuning(fine_tune_epoch(record))
         self._watch_telemetry(run_id)
         self._show_run_note(record)

@@ -59,6 +59,14 @@ def epoch_table(store: RunStore, run_ids: Sequence[int]) -> EpochTable:
     return EpochTable(columns, rows)
 
 
+def export_csv(store: RunStore, run_ids: Sequence[int], path: Path) -> str:
+    """Write the runs' table to `path` (`runs export`, the Runs tab's Export CSV); what
+    was written, in words."""
+    table = epoch_table(store, run_ids)
+    write_csv(table, path)
+    return f"Wrote {len(table.rows)} epoch row(s) of {len(run_ids)} run(s) to {path}."
+
+
 def write_csv(table: EpochTable, path: Path) -> None:
     """One header line, then the rows; a cell a row has no value for is empty."""
     try:

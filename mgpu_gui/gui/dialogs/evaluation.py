@@ -53,6 +53,7 @@ from mgpu_gui.gui.dialogs.cell_samples import CellSamples, Predictions
 from mgpu_gui.gui.jobs.child_job import ChildJobRunner
 from mgpu_gui.gui.theme import plot_colors
 from mgpu_gui.gui.widgets.confusion import CellText, ConfusionModel, ConfusionView
+from mgpu_gui.gui.widgets.plot_export import install_export
 from mgpu_gui.gui.widgets.plots import color_plot
 from mgpu_gui.gui.widgets.runs_table import short_name
 from mgpu_gui.gui.widgets.screen_fit import fit_to_screen
@@ -376,6 +377,8 @@ class EvaluationDialog(QDialog):
                                         brush=pg.mkBrush(colors.val), pen=None))
         plot.addLine(y=0, pen=pg.mkPen(colors.axis))
         plot.setAccessibleName("Residuals: each sample's prediction error against its target")
+        run = self.subject.run_dir
+        install_export(plot, lambda: run.path if run is not None else None)
         return plot
 
 

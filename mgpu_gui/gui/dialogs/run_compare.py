@@ -42,6 +42,7 @@ from mgpu_gui.gui.jobs.child_job import ChildJobRunner
 from mgpu_gui.gui.jobs.compare_reader import CompareReadJob, CompareRequest
 from mgpu_gui.gui.theme import plot_colors
 from mgpu_gui.gui.widgets.compare_table import ComparisonModel, comparison_view
+from mgpu_gui.gui.widgets.plot_export import install_export
 from mgpu_gui.gui.widgets.plots import color_plot
 from mgpu_gui.gui.widgets.screen_fit import fit_to_screen
 from mgpu_gui.gui.widgets.setting_colors import color_by_setting
@@ -83,6 +84,7 @@ class RunCompareView(QWidget):
         self.note.setAccessibleName("Comparison note")
         self.plot = pg.PlotWidget()
         self.plot.setAccessibleName("Comparison plot")
+        install_export(self.plot)
         self.colors = plot_colors(self.palette())
         item = self.plot.getPlotItem()
         for side in ("left", "bottom"):

@@ -15,7 +15,6 @@ from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QColor, QFont
 from PySide6.QtWidgets import (
     QComboBox,
-    QFileDialog,
     QGridLayout,
     QGroupBox,
     QHBoxLayout,
@@ -51,6 +50,7 @@ from mgpu_gui.gui.jobs.background_job import (
     spin_box,
 )
 from mgpu_gui.gui.jobs.scaling_job import ScalingController
+from mgpu_gui.gui.widgets.save_file import ask_save_path
 from mgpu_gui.gui.widgets.scaling_plot import ScalingPlot, render_png
 from mgpu_gui.gui.widgets.screen_fit import fit_to_screen
 from mgpu_gui.gui.widgets.tables import read_only_table
@@ -331,14 +331,9 @@ class ScalingDialog(JobDialog):
                              self.export_png)
 
     def _ask_and_export(self, title: str, name: str, filters: str, suffix: str, write) -> None:
-        path, _ = QFileDialog.getSaveFileName(
-            self, title, str(Path.home() / name), filters,
-            options=QFileDialog.Option.DontUseNativeDialog)
-        if not path:
+        target = ask_save_path(self, title, Path.home() / name, filters, suffix)
+        if target is None:
             return
-        target = Path(path)
-        if target.suffix.lower() != suffix:
-            target = target.with_name(target.name + suffix)
         try:
             written = write(target)
         except (OSError, UserError) as error:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from pathlib import Path
 
 import numpy as np
 import pyqtgraph as pg
@@ -31,6 +32,7 @@ from mgpu_gui.core.runs.telemetry_store import RunTelemetry
 from mgpu_gui.core.series import SeriesStore, XAxis, family_of
 from mgpu_gui.gui.theme import PlotColors, plot_colors
 from mgpu_gui.gui.widgets.family_plot import FamilyPlot, color_stage, show_stage, stage_marker
+from mgpu_gui.gui.widgets.plot_export import install_export
 from mgpu_gui.gui.widgets.plots import (
     EdgeViewBox,
     batch_curve,
@@ -93,6 +95,7 @@ class CurvesPanel(QWidget):
         self._store.reset()
         self._dirty: set[str] = set()  # series to draw again: new data, or a display change
         self._best_dirty = True
+        self.run_dir: Path | None = None  # the run shown: exported plots are named after it
         for family in self._families:  # back to the spares: built and painted already
             plot = self._plots[family]
             self._grid.removeWidget(plot.widget)
@@ -281,6 +284,8 @@ class CurvesPanel(QWidget):
         for widget, name in ((self._lr_plot, "Learning rate plot"),
                              (self._rate_plot, "Throughput plot")):
             widget.setAccessibleName(name)
+            install_export(widget, lambda: self.run_dir)
+        install_export(self._telemetry.widget, lambda: self.run_dir)
         # The throughput and the telemetry side by side, under the metric plots right of the
         # first: the learning rate stays under the first, as wide, so its linked x axis
         # lines up with it (pyqtgraph aligns linked views that overlap by their pixels).
@@ -295,7 +300,9 @@ class CurvesPanel(QWidget):
             row.addWidget(widget)
 
     def _make_shell(self, title: str = "") -> FamilyPlot:
-        return FamilyPlot.build(title, X_LABELS[self._x_axis], self._colors)
+        plot = FamilyPlot.build(title, X_LABELS[self._x_axis], self._colors)
+        install_export(plot.widget, lambda: self.run_dir)
+        return plot
 
     def _add_family(self, family: str) -> None:
         plot = self._spares.pop(0) if self._spares else self._make_shell()
@@ -345,6 +352,7 @@ class CurvesPanel(QWidget):
         for family in self._store.ingest(event):
             self._add_family(family)
         if isinstance(event, RunStarted):
+            self.run_dir = Path(event.run_dir)
             self._apply_x_range()
 
     # -- drawing -------------------------------------------------------------------

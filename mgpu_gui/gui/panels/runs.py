@@ -42,9 +42,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QMessageBox,
-    QSizePolicy,
     QStackedWidget,
-    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -58,7 +56,9 @@ from mgpu_gui.gui.dialogs.run_compare import RunCompareDialog
 from mgpu_gui.gui.dialogs.run_notes import RunNotesDialog, known_tags
 from mgpu_gui.gui.jobs.compare_reader import CompareRequest
 from mgpu_gui.gui.jobs.runs_reader import RunsReader
+from mgpu_gui.gui.panels.runs_csv import CSV_TIP, RunsCsvExport
 from mgpu_gui.gui.panels.runs_prune import PRUNE_TIP, RunsPruner
+from mgpu_gui.gui.widgets.action_column import action_column
 from mgpu_gui.gui.widgets.focus import return_focus_on_close
 from mgpu_gui.gui.widgets.runs_table import (
     COLUMNS,
@@ -71,6 +71,7 @@ from mgpu_gui.gui.widgets.runs_view import RunsSearchBar, RunsTableView
 
 REFRESH_MS = 5_000  # while visible: runs started elsewhere (the CLI) appear
 DELETE_JOIN_S = 10.0  # on shutdown, how long unfinished folder deletions may hold the exit
+MORE_ACTIONS = ("csv", "reveal", "prune")  # under More: seven buttons fit 1280x720 at 1.25
 
 
 class RunsPanel(QWidget):
@@ -125,18 +126,7 @@ class RunsPanel(QWidget):
         self.pruner = RunsPruner(self, lambda: self.model.sizes)
         self.pruner.finished.connect(lambda text: (self.show_message(text), self.refresh()))
         self._build_actions()
-        buttons = QVBoxLayout()
-        buttons.setSpacing(2)
-        self.buttons: dict[str, QToolButton] = {}
-        for key, action in self.actions_by_key.items():
-            button = QToolButton()
-            button.setDefaultAction(action)
-            button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
-            button.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
-            button.setAccessibleName(action.text().replace("&", "").rstrip("…"))
-            buttons.addWidget(button)
-            self.buttons[key] = button
-        buttons.addStretch(1)
+        buttons, self.buttons = action_column(self, self.actions_by_key, MORE_ACTIONS)
         table = QVBoxLayout()
         table.setSpacing(2)
         table.addWidget(self.search_bar)
@@ -156,6 +146,7 @@ class RunsPanel(QWidget):
         self.addAction(find)
 
         self.reader = None if store is None else RunsReader(store.path, self)
+        self.csv_export = None if store is None else RunsCsvExport(self, store.path)
         if self.reader is not None:
             self.reader.records.connect(self._show_records)
             self.reader.failed.connect(self.show_message)
@@ -201,19 +192,21 @@ class RunsPanel(QWidget):
         self.resume_action = action(
             "Resume", "Continue the selected run from its last complete epoch, up to the "
             "epochs it asked for", self.request_resume)
+        self.csv_action = action(  # enabled only with a store (runs selected)
+            "Export CSV…", CSV_TIP, lambda: self.csv_export.ask_and_export(self.selected_records()))
         self.reveal_action = action(
             "Reveal folder", "Open the run's folder (checkpoints, logs, exports) in the file "
             "manager", self.reveal_folder)
         self.prune_action = action("Prune checkpoints…", PRUNE_TIP, lambda: (
             self.pruner.ask(self.selected_records()), self._update_actions()))
-        self.prune_action.setIconText("Prune")  # its button: at 1280x720 the table keeps room
         self.delete_action = action(
             "Delete…", "Delete the selected runs: their folders and history (asks first)",
             self.delete_selected, QKeySequence.StandardKey.Delete)
         self.actions_by_key = {"show": self.show_curves_action, "compare": self.compare_action,
                                "evaluate": self.evaluate_action, "notes": self.notes_action,
-                               "resume": self.resume_action, "reveal": self.reveal_action,
-                               "prune": self.prune_action, "delete": self.delete_action}
+                               "resume": self.resume_action, "csv": self.csv_action,
+                               "reveal": self.reveal_action, "prune": self.prune_action,
+                               "delete": self.delete_action}
 
     # -- state from the window -------------------------------------------------------------
 
@@ -256,6 +249,8 @@ class RunsPanel(QWidget):
         if self.reader is not None:
             self.reader.stop()
         self.pruner.shutdown()
+        if self.csv_export is not None:
+            self.csv_export.shutdown()
         for dialog in list(self._dialogs):
             dialog.close()
         self.wait_for_deletions(DELETE_JOIN_S)
@@ -465,6 +460,7 @@ class RunsPanel(QWidget):
                          "Select one run, with its folder and at least one complete epoch"),
             "notes": (one, "Select one run"),
             "resume": (resume_blocker is None, resume_blocker or ""),
+            "csv": (bool(selected), "Select the runs to export"),
             "reveal": (one and selected[0].folder_exists,
                        "Select one run whose folder exists"),
             "prune": self.pruner.state(selected),

@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
     QGraphicsOpacityEffect,
     QLabel,
     QMainWindow,
+    QMessageBox,
     QVBoxLayout,
     QWidget,
 )
@@ -176,3 +177,25 @@ class Notifier(QObject):
     def shutdown(self) -> None:
         """For the window's close: no fade left running."""
         self.toast.dismiss()
+
+
+def window_notifier(widget: QWidget) -> Notifier | None:
+    """The notifier of `widget`'s window, or of the window that opened its dialog."""
+    window: QWidget | None = widget.window()
+    while window is not None:
+        found = window.findChild(Notifier, "", Qt.FindChildOption.FindDirectChildrenOnly)
+        if found is not None:
+            return found
+        opener = window.parentWidget()
+        window = opener.window() if opener is not None else None
+    return None
+
+
+def notify_from(widget: QWidget, notice: Notice) -> None:
+    """Say `notice` in the notifier of `widget`'s window; a dialog with no window behind
+    it (opened on its own) still shows a failure, in a message box."""
+    notifier = window_notifier(widget)
+    if notifier is not None:
+        notifier.notify(notice)
+    elif notice.kind is NoticeKind.FAILED:
+        QMessageBox.warning(widget.window(), notice.title, notice.text)

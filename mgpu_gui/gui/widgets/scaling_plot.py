@@ -21,6 +21,7 @@ from PySide6.QtWidgets import QApplication, QHBoxLayout, QLabel, QVBoxLayout, QW
 
 from mgpu_gui.core.tools.scaling import ScalingReport, describe, device_word
 from mgpu_gui.gui.theme import PlotColors, on_background, plot_colors
+from mgpu_gui.gui.widgets.plot_export import install_export
 from mgpu_gui.gui.widgets.plots import EDGE_PX, color_plot, keep_edges_whole
 
 MEASURED, IDEAL, GOOD, WARN, FAILED = "#1f77b4", "#8a8a8a", "#2e7d32", "#c62828", "#c62828"
@@ -39,8 +40,8 @@ def _style(widget: pg.PlotWidget, title: str, left: str) -> pg.PlotItem:
     item.setLabel("bottom", "devices")
     item.showGrid(x=True, y=True, alpha=0.15)
     item.getAxis("left").setWidth(64)  # room for "100000" beside the label, known up front
-    item.setMenuEnabled(False)
     keep_edges_whole(item)
+    install_export(widget)
     widget.setMinimumSize(260, 200)
     return item
 
