@@ -137,6 +137,27 @@ def panel(qtbot):
 
 
 @pytest.fixture
+def open_runs_panel(qtbot):
+    """Opens a Runs tab on a store, shown at a width after its first background read."""
+    from mgpu_gui.gui.panels.runs import RunsPanel
+
+    opened = []
+
+    def open_panel(store, width: int = 900, height: int = 260):
+        widget = RunsPanel(store)
+        qtbot.addWidget(widget)
+        widget.resize(width, height)
+        with qtbot.waitSignal(widget.refreshed, timeout=5_000):
+            widget.show()
+        opened.append(widget)
+        return widget
+
+    yield open_panel
+    for widget in opened:
+        widget.shutdown()
+
+
+@pytest.fixture
 def window(qtbot):
     """The main window on a machine without a driver, shown and ready to train."""
     from mgpu_gui.core.devices.nvml import GpuInventory, NvmlState

@@ -18,7 +18,6 @@ from mgpu_gui.core.devices.nvml import GpuInventory, NvmlState
 from mgpu_gui.core.events import RunFinished, RunStatus
 from mgpu_gui.gui import desktop_notify
 from mgpu_gui.gui.desktop_notify import DESKTOP_ALERTS_KEY, FreedesktopNotifier, Urgency
-from mgpu_gui.gui.jobs.telemetry_source import TelemetrySource
 from mgpu_gui.gui.main_window import MainWindow
 from mgpu_gui.gui.run_notices import run_end_notice
 from mgpu_gui.gui.widgets.notifier import Notice, NoticeKind
@@ -44,13 +43,10 @@ class FakeNotifier:
 
 
 @pytest.fixture
-def window(qtbot):
-    win = MainWindow(telemetry=TelemetrySource(inventory=NO_GPU))
-    qtbot.addWidget(win)
-    win.show()
-    qtbot.waitUntil(lambda: win.reconciler is None or not win.reconciler.is_running())
-    win.desktop_alerts.notifier = FakeNotifier()
-    return win
+def window(window):
+    """conftest's window, its desktop notices heard by a fake."""
+    window.desktop_alerts.notifier = FakeNotifier()
+    return window
 
 
 def put_behind(qtbot, win: MainWindow) -> QWidget:

@@ -3,18 +3,8 @@ a line that cannot be split refused on its field, and remembered with the settin
 
 from __future__ import annotations
 
-import pytest
-
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.gui.panels.run_setup import RunSetupPanel
-
-
-@pytest.fixture
-def panel(qtbot):
-    setup = RunSetupPanel()
-    qtbot.addWidget(setup)
-    yield setup
-    setup.shutdown()
 
 
 def test_the_command_line_becomes_the_argument_list(panel):

@@ -38,6 +38,7 @@ from mgpu_gui.gui.main_window import MainWindow
 from mgpu_gui.gui.panels.progress import BAR_MAX
 from mgpu_gui.gui.panels.runs import RunsPanel
 from mgpu_gui.gui.widgets.runs_table import COLUMNS, Column
+from tests.helpers.questions import Questions
 
 STEPS = 3
 NO_GPU = GpuInventory(state=NvmlState.NO_DRIVER, message="No NVIDIA driver found (test).")
@@ -109,14 +110,8 @@ def record_run(store: RunStore, root: Path, name: str, *, epochs: int = 4, done:
 
 
 @pytest.fixture
-def panel(qtbot, store):
-    widget = RunsPanel(store)
-    qtbot.addWidget(widget)
-    widget.resize(900, 260)
-    with qtbot.waitSignal(widget.refreshed, timeout=5_000):  # the first read, in the background
-        widget.show()
-    yield widget
-    widget.shutdown()
+def panel(open_runs_panel, store):
+    return open_runs_panel(store)
 
 
 @pytest.fixture
@@ -242,20 +237,15 @@ def test_delete_asks_naming_the_folder_then_removes_folder_and_row(
     (doomed.run_dir / "checkpoints" / "last.keras").write_bytes(b"x" * 1000)
     refresh(qtbot, panel)
     panel.select_runs([doomed.id])
-    asked = []
+    questions = Questions()
+    asked = questions.asked
 
-    def answer(choice):
-        def question(parent, title, text, *args):
-            asked.append(text)
-            return choice
-        return question
-
-    monkeypatch.setattr(QMessageBox, "question", answer(QMessageBox.StandardButton.Cancel))
+    questions.answer(monkeypatch, QMessageBox.StandardButton.Cancel)
     panel.buttons["delete"].click()
     assert str(doomed.run_dir) in asked[0]
     assert doomed.run_dir.is_dir() and store.get(doomed.id)
 
-    monkeypatch.setattr(QMessageBox, "question", answer(QMessageBox.StandardButton.Yes))
+    questions.answer(monkeypatch, QMessageBox.StandardButton.Yes)
     with qtbot.waitSignal(panel.runs_deleted) as deleted, qtbot.waitSignal(panel.refreshed):
         panel.buttons["delete"].click()
     assert [r.id for r in deleted.args[0]] == [doomed.id]

@@ -32,14 +32,8 @@ def runs(store, tmp_path):
 
 
 @pytest.fixture
-def panel(qtbot, store, runs):
-    widget = RunsPanel(store)
-    qtbot.addWidget(widget)
-    widget.resize(1000, 300)
-    with qtbot.waitSignal(widget.refreshed, timeout=5_000):
-        widget.show()
-    yield widget
-    widget.shutdown()
+def panel(open_runs_panel, store, runs):
+    return open_runs_panel(store, 1000, 300)
 
 
 def shown(panel: RunsPanel) -> list[str]:

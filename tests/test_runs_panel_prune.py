@@ -15,6 +15,7 @@ from mgpu_gui.core.runs.lock import RunLock
 from mgpu_gui.gui.panels.runs import RunsPanel
 from mgpu_gui.gui.widgets.runs_table import Column
 from tests.helpers.checkpoint_files import MODEL, fill_checkpoints
+from tests.helpers.questions import Questions
 from tests.test_runs_panel import record_run
 
 DONE = 4
@@ -32,14 +33,8 @@ def runs(store, tmp_path):
 
 
 @pytest.fixture
-def panel(qtbot, store, runs):
-    widget = RunsPanel(store)
-    qtbot.addWidget(widget)
-    widget.resize(1100, 300)
-    with qtbot.waitSignal(widget.refreshed, timeout=5_000):
-        widget.show()
-    yield widget
-    widget.shutdown()
+def panel(open_runs_panel, store, runs):
+    return open_runs_panel(store, 1100, 300)
 
 
 def size_cell(panel: RunsPanel, run_id: int, role=Qt.ItemDataRole.DisplayRole):
@@ -69,22 +64,17 @@ def test_prune_asks_with_what_it_frees_then_prunes_in_the_background(
     made, frees = runs
     old, resumed = RunDir(made["old"].run_dir), RunDir(made["resumed"].run_dir)
     total = disk.measure(old.path).total
-    asked = []
-
-    def answer(choice):
-        def question(parent, title, text, *args):
-            asked.append(text)
-            return choice
-        return question
+    questions = Questions()
+    asked = questions.asked
 
     panel.select_runs([made[n].id for n in ("old", "resumed", "clean", "busy")])
-    monkeypatch.setattr(QMessageBox, "question", answer(QMessageBox.StandardButton.Cancel))
+    questions.answer(monkeypatch, QMessageBox.StandardButton.Cancel)
     panel.prune_action.trigger()
     assert f"these 2 runs? This frees {format_bytes(frees['old'] + frees['resumed'])}" in asked[0]
     assert "2 of the selected runs have nothing to prune or are running" in asked[0]
     assert disk.measure(old.path).total == total  # cancelled: nothing changed
 
-    monkeypatch.setattr(QMessageBox, "question", answer(QMessageBox.StandardButton.Yes))
+    questions.answer(monkeypatch, QMessageBox.StandardButton.Yes)
     lock = RunLock.acquire(resumed.path)  # resumed from a terminal since the last read
     try:
         with qtbot.waitSignal(panel.refreshed, timeout=5_000):
