@@ -83,7 +83,7 @@ def _input_fixes(s: InputSettings) -> list[str]:
     fixes = []
     if s.image_folder:
         if s.cache == "off":
-            fixes.append("turn caching on")
+            fixes.append("turn on caching")
         elif s.cache == "disk":
             fixes.append("cache in memory if it fits")
         if max(s.image_size) > LARGE_IMAGE_SIDE:
