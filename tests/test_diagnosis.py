@@ -152,3 +152,16 @@ def test_two_faked_gpus_busy_30_percent_with_little_wait_are_synchronisation_bou
     assert verdicts[0].kind == VerdictKind.SYNC_BOUND
     assert verdicts[0].utilization == pytest.approx(30.0)
     assert verdicts[0].input_wait == pytest.approx(0.04)
+
+
+def test_the_progress_panel_shows_the_latest_verdict_in_the_terminals_words(qtbot):
+    from mgpu_gui.gui.panels.progress import ProgressPanel
+
+    panel = ProgressPanel()
+    qtbot.addWidget(panel)
+    verdict = diagnose(0.62, None, 1, FOLDER)
+    panel.handle_event(Diagnosed(kind=verdict.kind.value, input_wait=0.62, utilization=None,
+                                 text=verdict.text))
+    assert panel.diagnosis_label.text() == verdict.text
+    panel.reset()
+    assert panel.diagnosis_label.text() == ""

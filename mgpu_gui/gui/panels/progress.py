@@ -22,6 +22,7 @@ from mgpu_gui.core.events import (
     RunStatus,
 )
 from mgpu_gui.core.progress import Progress, format_duration, format_rate
+from mgpu_gui.core.runs.diagnosis import Diagnosed
 
 BAR_MAX = 1000
 _GPU_NAME = re.compile(r"^GPU \d+(?: MIG \d+)?")
@@ -85,6 +86,14 @@ class ProgressPanel(QWidget):
             "training samples that do not fill a last global batch; skipped so every "
             "replica gets a full share (reshuffled, so not the same samples each epoch).")
         self.status_label.setWordWrap(True)
+        self.diagnosis_label = QLabel()
+        self.diagnosis_label.setAccessibleName("Why is it slow")
+        self.diagnosis_label.setToolTip(
+            "Why the run is as fast as it is, updated as it trains: input-bound (the steps "
+            "wait for their data), compute-bound (the devices are busy), or "
+            "synchronisation-bound (several GPUs, little input wait, yet the GPUs are not "
+            "busy: they wait for each other).")
+        self.diagnosis_label.setWordWrap(True)
         layout.addWidget(self.epoch_label, 0, 0)
         layout.addWidget(self.epoch_bar, 0, 1)
         layout.addWidget(self.epoch_eta_label, 0, 2)
@@ -92,8 +101,9 @@ class ProgressPanel(QWidget):
         layout.addWidget(self.total_bar, 1, 1)
         layout.addWidget(self.total_eta_label, 1, 2)
         layout.addWidget(self.status_label, 2, 0, 1, 3)
+        layout.addWidget(self.diagnosis_label, 3, 0, 1, 3)
         layout.setColumnStretch(1, 1)
-        layout.setRowStretch(3, 1)  # given more height (a splitter drag), the rows stay on top
+        layout.setRowStretch(4, 1)  # given more height (a splitter drag), the rows stay on top
         self.reset()
 
     @staticmethod
@@ -113,6 +123,7 @@ class ProgressPanel(QWidget):
         self.epoch_eta_label.setText("")
         self.total_eta_label.setText("")
         self.status_label.setText("No run")
+        self.diagnosis_label.setText("")
 
     def show_note(self, text: str) -> None:
         """A line in place of the run status: a past run shown, a resume starting."""
@@ -140,6 +151,8 @@ class ProgressPanel(QWidget):
         if isinstance(event, RunStarted | BatchEnd | EpochEnd):
             self.progress.update(event)
             self._show(now=event.t)
+        elif isinstance(event, Diagnosed):
+            self.diagnosis_label.setText(event.text)  # the same words as the terminal
         elif isinstance(event, RunFinished):
             self._on_finished(event)
         elif isinstance(event, RunFailed):
