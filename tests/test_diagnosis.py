@@ -165,3 +165,22 @@ def test_the_progress_panel_shows_the_latest_verdict_in_the_terminals_words(qtbo
     assert panel.diagnosis_label.text() == verdict.text
     panel.reset()
     assert panel.diagnosis_label.text() == ""
+
+
+def test_the_scaling_test_shows_the_input_wait_per_device_count():
+    from mgpu_gui.core.tools.scaling import (
+        CountResult,
+        ScalingMode,
+        build_report,
+        csv_text,
+        format_table,
+    )
+
+    report = build_report([CountResult(1, 64, 64, step_times_s=(0.04,) * 4, input_wait=0.05),
+                           CountResult(2, 128, 64, step_times_s=(0.05,) * 4, input_wait=0.4)],
+                          mode=ScalingMode.WEAK, device_kind="gpu")
+    assert [p.input_wait for p in report.points] == [0.05, 0.4]
+    table = format_table(report)
+    print(f"\n{table}")
+    assert "INPUT WAIT" in table and " 5 %" in table and "40 %" in table
+    assert csv_text(report).splitlines()[2].endswith(",0.4")
