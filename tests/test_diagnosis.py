@@ -162,9 +162,13 @@ def test_the_progress_panel_shows_the_latest_verdict_in_the_terminals_words(qtbo
     verdict = diagnose(0.62, None, 1, FOLDER)
     panel.handle_event(Diagnosed(kind=verdict.kind.value, input_wait=0.62, utilization=None,
                                  text=verdict.text))
-    assert panel.diagnosis_label.text() == verdict.text
+    label = panel.diagnosis_label
+    assert label.verdict == verdict.text and verdict.text in label.toolTip()
+    panel.resize(300, panel.height())  # narrower than the verdict: elided, not wider
+    qtbot.waitUntil(lambda: label.text().endswith("…"))
+    assert label.text().startswith("input-bound") and panel.width() == 300
     panel.reset()
-    assert panel.diagnosis_label.text() == ""
+    assert label.text() == "" and label.verdict == ""
 
 
 def test_the_scaling_test_shows_the_input_wait_per_device_count():

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 
-from PySide6.QtWidgets import QGridLayout, QLabel, QProgressBar, QWidget
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QGridLayout, QLabel, QProgressBar, QSizePolicy, QWidget
 
 from mgpu_gui.core.events import (
     BatchEnd,
@@ -61,6 +62,37 @@ def status_text(event: RunStarted, samples_per_s: float | None) -> str:
     return " · ".join(parts)
 
 
+class VerdictLabel(QLabel):
+    """The diagnosis on one line that never widens the window or grows the panel: its end
+    elided at the panel's width, the whole verdict in the tooltip."""
+
+    HELP = ("Why the run is as fast as it is, updated as it trains: input-bound (the steps "
+            "wait for their data), compute-bound (the devices are busy), or "
+            "synchronisation-bound (several GPUs, little input wait, yet the GPUs are not "
+            "busy: they wait for each other).")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setAccessibleName("Why is it slow")
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.verdict = ""
+        self.set_verdict("")
+
+    def set_verdict(self, text: str) -> None:
+        self.verdict = text
+        self.setToolTip(f"{text}\n\n{self.HELP}" if text else self.HELP)
+        self.setAccessibleDescription(text)
+        self._elide()
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        self._elide()
+
+    def _elide(self) -> None:
+        self.setText(self.fontMetrics().elidedText(self.verdict, Qt.TextElideMode.ElideRight,
+                                                   max(self.width(), 1)))
+
+
 class ProgressPanel(QWidget):
     """Two bars with ETAs and a status line; fed by `handle_event`."""
 
@@ -86,14 +118,7 @@ class ProgressPanel(QWidget):
             "training samples that do not fill a last global batch; skipped so every "
             "replica gets a full share (reshuffled, so not the same samples each epoch).")
         self.status_label.setWordWrap(True)
-        self.diagnosis_label = QLabel()
-        self.diagnosis_label.setAccessibleName("Why is it slow")
-        self.diagnosis_label.setToolTip(
-            "Why the run is as fast as it is, updated as it trains: input-bound (the steps "
-            "wait for their data), compute-bound (the devices are busy), or "
-            "synchronisation-bound (several GPUs, little input wait, yet the GPUs are not "
-            "busy: they wait for each other).")
-        self.diagnosis_label.setWordWrap(True)
+        self.diagnosis_label = VerdictLabel()
         layout.addWidget(self.epoch_label, 0, 0)
         layout.addWidget(self.epoch_bar, 0, 1)
         layout.addWidget(self.epoch_eta_label, 0, 2)
@@ -123,7 +148,7 @@ class ProgressPanel(QWidget):
         self.epoch_eta_label.setText("")
         self.total_eta_label.setText("")
         self.status_label.setText("No run")
-        self.diagnosis_label.setText("")
+        self.diagnosis_label.set_verdict("")
 
     def show_note(self, text: str) -> None:
         """A line in place of the run status: a past run shown, a resume starting."""
@@ -152,7 +177,7 @@ class ProgressPanel(QWidget):
             self.progress.update(event)
             self._show(now=event.t)
         elif isinstance(event, Diagnosed):
-            self.diagnosis_label.setText(event.text)  # the same words as the terminal
+            self.diagnosis_label.set_verdict(event.text)  # the same words as the terminal
         elif isinstance(event, RunFinished):
             self._on_finished(event)
         elif isinstance(event, RunFailed):
