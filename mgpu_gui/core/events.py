@@ -93,6 +93,7 @@ class BatchEnd(Event):
     metrics: dict[str, float]
     samples_per_s: float
     learning_rate: float | None = None
+    input_wait: float | None = None  # share of the steps' time spent waiting for the batch
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,7 @@ class EpochEnd(Event):
     duration_s: float
     learning_rate: float | None = None
     best: bool = False  # this epoch is the best so far on the monitored metric
+    input_wait: float | None = None  # as BatchEnd's, over the epoch (None: not measured)
 
 
 @dataclass(frozen=True)

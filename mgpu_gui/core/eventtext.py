@@ -20,6 +20,7 @@ from mgpu_gui.core.events import (
 from mgpu_gui.core.lr_schedule import format_lr
 from mgpu_gui.core.modelfiles.compile_facts import CompileSource, optimizer_text
 from mgpu_gui.core.progress import format_metrics, format_rate
+from mgpu_gui.core.runs.diagnosis import Diagnosed
 
 
 def event_lines(event: Event, *, verbose: bool = False) -> list[str]:
@@ -49,6 +50,8 @@ def event_lines(event: Event, *, verbose: bool = False) -> list[str]:
         return [finished_line(event)]
     if isinstance(event, RunFailed):
         return [f"Failed: {event.message}"]
+    if isinstance(event, Diagnosed):
+        return [event.line] if event.line else []
     return []
 
 

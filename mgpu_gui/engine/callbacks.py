@@ -29,6 +29,7 @@ import keras
 from mgpu_gui.core.events import BatchEnd, CheckpointSaved, EpochEnd, EventSink
 from mgpu_gui.core.lr_schedule import LinearScaling
 from mgpu_gui.core.runs import checkpoints as ckpt
+from mgpu_gui.engine.input_wait import InputWaitMeter
 
 
 class EpochTracker:
@@ -320,9 +321,11 @@ class EventCallback(keras.callbacks.Callback):
         batch_interval_s: float,
         stop_requested: Callable[[], bool],
         checkpoints: EpochCheckpoints | None = None,
+        input_wait: InputWaitMeter | None = None,
     ):
         super().__init__()
         self.sink = sink
+        self.input_wait = input_wait
         self.tracker = tracker
         self.global_batch = global_batch
         self.epochs = epochs
@@ -351,6 +354,8 @@ class EventCallback(keras.callbacks.Callback):
             self.last_epoch_seen = epoch
             self._epoch_start = self._last_emit = time.perf_counter()
             self._last_emit_step = 0
+        if self.input_wait is not None:
+            self.input_wait.take_epoch()  # an epoch cut short is not carried into this one
         if self.stop_requested():
             self.model.stop_training = True
 
@@ -378,6 +383,7 @@ class EventCallback(keras.callbacks.Callback):
                 epoch=epoch, batch=batch, steps=self.tracker.steps_per_epoch,
                 metrics=_floats(logs), samples_per_s=emit[1],
                 learning_rate=self.learning_rate(),
+                input_wait=self.input_wait.take_window() if self.input_wait else None,
             ))
         if self.stop_requested():
             self.model.stop_training = True
@@ -404,6 +410,7 @@ class EventCallback(keras.callbacks.Callback):
             epoch=epoch, epochs=self.epochs, metrics=metrics,
             samples_per_s=self.tracker.steps_per_epoch * self.global_batch / max(duration, 1e-9),
             duration_s=duration, learning_rate=self.learning_rate(), best=best,
+            input_wait=self.input_wait.take_epoch() if self.input_wait else None,
         ))
         saved = self.checkpoints.saved.pop(epoch, []) if self.checkpoints else []
         for kind, path in saved:

@@ -54,6 +54,7 @@ from mgpu_gui.engine.callbacks import (
 )
 from mgpu_gui.engine.export import export_model
 from mgpu_gui.engine.failures import NonFiniteLossError, Stage, Where, explain_failure
+from mgpu_gui.engine.input_wait import InputWaitMeter, TimeInputWait
 from mgpu_gui.engine.legacy_compile import describe_loss
 
 __all__ = ["FitLoop", "NonFiniteLossError", "TrainingSetup", "prepare", "run_training"]
@@ -354,10 +355,11 @@ def _callbacks(config: RunConfig, run_dir: RunDir, sink: EventSink, stop: thread
                              monitor=monitor,
                              best_so_far=previous[1] if previous is not None else None,
                              restore_after=stage.restores_after)
+    input_wait = InputWaitMeter()
     events = EventCallback(
         sink, tracker, global_batch=global_batch, epochs=config.epochs, monitor=monitor,
         batch_interval_s=config.batch_event_interval_s, stop_requested=stop.is_set,
-        checkpoints=saver,
+        checkpoints=saver, input_wait=input_wait,
     )
     if previous is not None:
         events.best_epoch, events.best_value = previous
@@ -366,7 +368,8 @@ def _callbacks(config: RunConfig, run_dir: RunDir, sink: EventSink, stop: thread
     # the LR before each step, after the backup restored the optimizer (train begin).
     keras_cbs = [saver, *_keras_callbacks(config, run_dir, monitor,
                                           early_stopping=stage.number != transfer.FROZEN)]
-    callbacks = [NanGuard(), *[CompleteEpochsOnly(cb, tracker) for cb in keras_cbs],
+    callbacks = [NanGuard(), TimeInputWait(input_wait),
+                 *[CompleteEpochsOnly(cb, tracker) for cb in keras_cbs],
                  *([warmup] if warmup is not None else []), events,
                  CompleteEpochsOnly(CommitBackup(saver), tracker)]
     return saver, events, callbacks

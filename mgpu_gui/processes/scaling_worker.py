@@ -16,7 +16,8 @@ needs a process of its own. The job runs the same `prepare` (model and
 pipeline under the strategy) and the same `fit` as training, so the figures
 are those of a real run: each step's end is synchronised by Keras fetching
 the step's loss for the callbacks, and a step's time is the wall time between
-two consecutive step ends.
+two consecutive step ends. The timed steps' input wait is measured as in
+training (engine/input_wait.py).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ def time_steps(config: RunConfig, strategy: Any, *, steps: int, warmup: int,
     `warmup` steps (the first traces and compiles the step function)."""
     import keras
 
+    from mgpu_gui.engine.input_wait import InputWaitMeter, TimeInputWait
     from mgpu_gui.engine.training import prepare
 
     replicas = strategy.num_replicas_in_sync
@@ -52,14 +54,17 @@ def time_steps(config: RunConfig, strategy: Any, *, steps: int, warmup: int,
         keras.utils.set_random_seed(config.seed)
     setup = prepare(config, strategy, lambda message, level="info": emit(
         {"type": "log", "level": level, "message": message}))
-    timer = StepClock(warmup, steps, emit)
+    waits = InputWaitMeter()
+    timer = StepClock(warmup, steps, emit, on_timing=waits.take_epoch)  # drops the warm-up's
     emit({"type": "phase", "phase": "warmup"})
     setup.model.fit(setup.train, epochs=1, steps_per_epoch=warmup + steps,
-                    callbacks=[timer.keras_callback()], shuffle=False, verbose=0)
+                    callbacks=[TimeInputWait(waits), timer.keras_callback()], shuffle=False,
+                    verbose=0)
     return CountResult(
         devices=replicas, global_batch=setup.global_batch,
         batch_per_replica=setup.global_batch // replicas, step_times_s=tuple(timer.times),
-        warmup_s=timer.warmup_s, device_names=tuple(strategy.extended.worker_devices))
+        warmup_s=timer.warmup_s, device_names=tuple(strategy.extended.worker_devices),
+        input_wait=waits.take_epoch())
 
 
 class StepClock:
@@ -72,8 +77,10 @@ class StepClock:
     """
 
     def __init__(self, warmup: int, steps: int, emit: Emit,
-                 clock: Callable[[], float] = time.perf_counter):
+                 clock: Callable[[], float] = time.perf_counter,
+                 on_timing: Callable[[], object] = lambda: None):
         self.warmup, self.steps, self.emit, self.clock = warmup, steps, emit, clock
+        self.on_timing = on_timing  # called as the timed steps begin
         self.times: list[float] = []
         self.warmup_s = 0.0
         self._start = 0.0
@@ -86,6 +93,7 @@ class StepClock:
         now = self.clock()
         if batch + 1 == self.warmup:
             self.warmup_s = now - self._start
+            self.on_timing()
             self.emit({"type": "phase", "phase": "timing"})
         elif batch >= self.warmup:
             self.times.append(now - self._last)

@@ -12,7 +12,8 @@ Two ways in:
 
     {"gpus": [{"index": 0, "uuid": "GPU-fake-0", "name": "Fake GPU",
                "memory_total": 8589934592, "compute_capability": [8, 0],
-               "processes": [{"pid": 4242, "used_memory": 1024}]}]}
+               "processes": [{"pid": 4242, "used_memory": 1024}],
+               "utilization": 30}]}
 
 Behaviour is set per GPU and per call: `gpu.errors["nvmlDeviceGetFanSpeed"] =
 "NVMLError_NotSupported"` makes that call fail on that GPU, `gpu.lost = True`
@@ -210,5 +211,6 @@ def _gpu_from(entry: dict[str, Any]) -> FakeGpu:
         name=entry.get("name", "Fake GPU"), uuid=entry.get("uuid"),
         bus=str(entry.get("pci_bus_id", "")).encode(), memory_total=entry.get("memory_total") or 0,
         memory_used=sum(used or 0 for _, used in processes), processes=processes,
+        utilization=entry.get("utilization", 0),
         cc=tuple(entry.get("compute_capability") or (0, 0)),
         errors=dict.fromkeys(unknown, "NVMLError_NotSupported"))

@@ -1,11 +1,11 @@
 """TEST-ONLY fault injection: real failures at a chosen step of a running worker.
 
-    MGPU_GUI_FAULT=KIND@EPOCH:STEP     e.g. MGPU_GUI_FAULT=oom@2:3
+    MGPU_GUI_FAULT=KIND[=MS]@EPOCH:STEP     e.g. MGPU_GUI_FAULT=oom@2:3
 
 EPOCH and STEP count from 1 as a user does; the fault happens as that step
-begins. The tests set the variable for the CLI, whose worker inherits it; the
-training worker hands `run_training` the callback only when it is set. Never
-set it otherwise.
+begins (`slow_input`: from that step on). The tests set the variable for the
+CLI, whose worker inherits it; the training worker hands `run_training` the
+callback only when it is set. Never set it otherwise.
 
 Kinds:
 - `oom`: raises `tf.errors.ResourceExhaustedError` worded as TensorFlow's
@@ -20,6 +20,9 @@ Kinds:
   back `FILL_RESERVE` bytes, so the worker's small writes (events, logs) still
   succeed while the next model checkpoint, larger than that, meets ENOSPC: a
   disk filled by something else while training ran.
+- `slow_input=MS`: every batch reaches the step MS milliseconds late, as from a
+  pipeline that cannot keep up (decoding, a slow disk): the sleep is in the fetch
+  the step waits for, so no prefetching hides it (engine/input_wait.py times it).
 
 Parsing is TensorFlow-free; only the callback imports Keras. Nothing of the
 app is imported: the training worker, the one place that reads the variable,
@@ -42,7 +45,7 @@ from typing import Any
 ENV_VAR = "MGPU_GUI_FAULT"
 FILL_NAME = ".mgpu-fault-fill"
 FILL_RESERVE = 64 * 1024
-_SPEC = re.compile(r"^\s*([a-z_]+)@(\d+):(\d+)\s*$")
+_SPEC = re.compile(r"^\s*([a-z_]+)(?:=(\d+))?@(\d+):(\d+)\s*$")
 
 
 class FaultKind(StrEnum):
@@ -52,6 +55,7 @@ class FaultKind(StrEnum):
     KILL = "kill"
     FILL_DISK = "fill_disk"
     NAN = "nan"
+    SLOW_INPUT = "slow_input"
 
 
 class FaultSpecError(ValueError):
@@ -63,6 +67,7 @@ class Fault:
     kind: FaultKind
     epoch: int  # 1-based
     step: int  # 1-based
+    ms: int = 0  # slow_input: the delay per batch
 
     @classmethod
     def parse(cls, text: str) -> Fault:
@@ -70,17 +75,23 @@ class Fault:
         match = _SPEC.match(text)
         if match is None:
             raise FaultSpecError(
-                f"{ENV_VAR}={text!r} is not KIND@EPOCH:STEP (e.g. oom@2:3; kinds: {kinds}). "
+                f"{ENV_VAR}={text!r} is not KIND@EPOCH:STEP (e.g. oom@2:3, slow_input=80@1:1;"
+                f" kinds: {kinds}). "
                 f"It is a test-only setting: unset it for real runs.")
-        kind, epoch, step = match.group(1), int(match.group(2)), int(match.group(3))
+        kind, ms = match.group(1), int(match.group(2) or 0)
+        epoch, step = int(match.group(3)), int(match.group(4))
         if kind not in {k.value for k in FaultKind}:
             raise FaultSpecError(f"{ENV_VAR}={text!r}: unknown kind {kind!r}; use one of {kinds}.")
         if epoch < 1 or step < 1:
             raise FaultSpecError(f"{ENV_VAR}={text!r}: epoch and step count from 1.")
-        return cls(FaultKind(kind), epoch, step)
+        if (kind == FaultKind.SLOW_INPUT) != (ms > 0):
+            raise FaultSpecError(f"{ENV_VAR}={text!r}: slow_input needs a delay (slow_input="
+                                 f"MS@EPOCH:STEP, MS > 0); no other kind takes one.")
+        return cls(FaultKind(kind), epoch, step, ms)
 
     def __str__(self) -> str:
-        return f"{self.kind.value}@{self.epoch}:{self.step}"
+        delay = f"={self.ms}" if self.ms else ""
+        return f"{self.kind.value}{delay}@{self.epoch}:{self.step}"
 
 
 def from_env(environ: Mapping[str, str] | None = None) -> Fault | None:
@@ -108,6 +119,9 @@ def fill_disk(folder: Path, reserve: int = FILL_RESERVE) -> Path:
 def fault_callback(fault: Fault, run_dir_path: Path) -> Any:
     """A Keras callback that injects `fault`; it acts on the training thread."""
     import keras
+
+    if fault.kind is FaultKind.SLOW_INPUT:
+        return _slow_input(fault)
 
     class InjectFault(keras.callbacks.Callback):
         def __init__(self) -> None:
@@ -149,3 +163,48 @@ def inject(fault: Fault, run_dir_path: Path, model: Any = None) -> None:
         layer = next(layer for layer in model.layers if layer.weights)
         for weight in layer.weights:
             weight.assign(np.full(weight.shape, np.nan, dtype=weight.dtype))
+
+
+def _slow_input(fault: Fault) -> Any:
+    """Wraps the model's train function (after the engine's input timing wrapped it, for
+    the length of `fit`) so that each fetch from the step's iterator sleeps `fault.ms`."""
+    import time
+
+    import keras
+
+    class SlowIterator:
+        def __init__(self, inner: Any, late: bool):
+            self.inner, self.late = inner, late
+
+        def __iter__(self):
+            return self
+
+        def __next__(self):
+            if self.late:
+                time.sleep(fault.ms / 1000)
+            return next(self.inner)
+
+    class SlowInput(keras.callbacks.Callback):
+        async_safe = True
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.epoch, self.batch, self.timed = 0, 0, None
+
+        def on_train_begin(self, logs=None):
+            self.timed = self.model.train_function
+            self.model.train_function = lambda it: self.timed(SlowIterator(it, self.late()))
+
+        def late(self) -> bool:
+            return (self.epoch + 1, self.batch + 1) >= (fault.epoch, fault.step)
+
+        def on_train_end(self, logs=None):
+            self.model.train_function = self.timed
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.epoch = epoch
+
+        def on_train_batch_begin(self, batch, logs=None):
+            self.batch = batch
+
+    return SlowInput()

@@ -28,10 +28,13 @@ class ReplicaHost:
         os.close(events_w)
         self.events = os.fdopen(events_r, "r", encoding="utf-8")
 
-    def run(self, run_dir: Path, stop_at: tuple[int, int] | None = None) -> tuple[int, list[Event]]:
-        """Run one job; returns the worker exit code and the events it emitted."""
+    def run(self, run_dir: Path, stop_at: tuple[int, int] | None = None,
+            fault: str | None = None) -> tuple[int, list[Event]]:
+        """Run one job (with a test-only fault, a MGPU_GUI_FAULT value); returns the worker
+        exit code and the events it emitted."""
         assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps({"run_dir": str(run_dir), "stop_at": stop_at}) + "\n")
+        request = {"run_dir": str(run_dir), "stop_at": stop_at, "fault": fault}
+        self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
         found: list[Event] = []
         for line in self.events:

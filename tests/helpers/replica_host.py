@@ -5,9 +5,10 @@
 Logical devices can be configured once per process, before TensorFlow starts;
 starting a worker per test would pay TensorFlow's import and device setup each
 time. Each request on stdin is a JSON object {"run_dir": ..., "stop_at": [epoch,
-batch] | null}; every event goes to EVENTS_FD as a JSON line, and each job ends
-with the line {"type": "job_done", "code": N}. Jobs run through the worker's own
-`run_job`, so the tests exercise the code path the app uses.
+batch] | null, "fault": a MGPU_GUI_FAULT value | null}; every event goes to
+EVENTS_FD as a JSON line, and each job ends with the line {"type": "job_done",
+"code": N}. Jobs run through the worker's own `run_job`, so the tests exercise the
+code path the app uses.
 """
 
 from __future__ import annotations
@@ -56,7 +57,13 @@ def main() -> None:
         channel = EventChannel(pipe, run_dir.events_jsonl)
         stop = threading.Event()
         at = tuple(request["stop_at"]) if request.get("stop_at") else None
-        code = run_job(run_dir, plan, strategy, xops, StopAt(channel, stop, at), stop)
+        extra = []
+        if request.get("fault"):
+            from mgpu_gui.testing import faults
+
+            extra = [faults.fault_callback(faults.Fault.parse(request["fault"]), run_dir.path)]
+        code = run_job(run_dir, plan, strategy, xops, StopAt(channel, stop, at), stop,
+                       extra_callbacks=extra)
         channel.close()
         import keras
 

@@ -38,6 +38,7 @@ from mgpu_gui.core.events import (
 )
 from mgpu_gui.core.eventtext import best_text, is_startup_noise
 from mgpu_gui.core.runs import claims, preflight
+from mgpu_gui.core.runs.diagnosis import Diagnostician, InputSettings
 from mgpu_gui.core.runs.finish_hook import FinishedRun, run_finish_command
 from mgpu_gui.core.runs.folder import RunDir, create_run_dir
 from mgpu_gui.core.runs.lock import RunLock
@@ -200,6 +201,8 @@ class WorkerProcess:
             store.recorder(run.run_id) if store is not None and run.run_id is not None else None)
         self._store_path = store.path if self._recorder is not None else None
         self._telemetry: TelemetryRecorder | None = None
+        self._diagnosis = Diagnostician(InputSettings.of(run.config), run.plan.replicas,
+                                        self._utilization)
         self._outcome: RunOutcome | None = None
         self.nice = nice
         self.on_output = on_output
@@ -257,12 +260,18 @@ class WorkerProcess:
             except (ValueError, KeyError, TypeError):
                 continue  # a torn line from a dying worker
             yield self._seen(event)
+            verdict = self._diagnosis.seen(event)  # not recorded: derived, and per epoch
+            if verdict is not None:
+                yield verdict
         self._events.close()
         ended = self._hard_stop_end()
         if ended is not None:
             yield ended
         if self._recorder is not None:
             self._recorder.flush()
+
+    def _utilization(self, since: float) -> float | None:
+        return self._telemetry.utilization(since) if self._telemetry is not None else None
 
     def _seen(self, event: Event) -> Event:
         if not isinstance(event, BatchEnd):  # a long run sends millions of those

@@ -15,6 +15,7 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from pathlib import Path
 
 from mgpu_gui.core.config import DeviceKind
@@ -36,6 +37,7 @@ log = logging.getLogger(__name__)
 
 INTERVAL_S = 1.0
 FLUSH_S = 5.0  # how far the store (and a window following the run) lags behind at most
+RECENT_SAMPLES = 1024  # GPU utilization kept for the diagnosis (core/runs/diagnosis.py)
 
 
 class TelemetryRecorder:
@@ -48,6 +50,8 @@ class TelemetryRecorder:
         self.pid = pid
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="run-telemetry", daemon=True)
+        self._recent: deque[TelemetrySample] = deque(maxlen=RECENT_SAMPLES)
+        self._recent_lock = threading.Lock()
 
     def start(self) -> None:
         self._thread.start()
@@ -57,6 +61,15 @@ class TelemetryRecorder:
         self._stop.set()
         if self._thread.ident is not None:
             self._thread.join(10.0)
+
+    def utilization(self, since: float) -> float | None:
+        """The claimed GPUs' mean utilization (%) in the samples since `since` (time.time()),
+        and the one just before (it covers the start); None on CPU replicas or before a
+        sample."""
+        with self._recent_lock:
+            values = [s.utilization for s in self._recent
+                      if s.t >= since - INTERVAL_S and s.utilization is not None]
+        return sum(values) / len(values) if values else None
 
     def _run(self) -> None:
         try:
@@ -95,7 +108,11 @@ class TelemetryRecorder:
 
         def tick() -> None:
             nonlocal flushed
-            buffer.extend(sample())
+            taken = sample()
+            buffer.extend(taken)
+            if self.plan.kind is not DeviceKind.CPU:
+                with self._recent_lock:
+                    self._recent.extend(taken)
             if time.monotonic() - flushed >= FLUSH_S:
                 record_samples(database, self.run_id, buffer)
                 buffer.clear()

@@ -42,6 +42,7 @@ DEFAULT_WARMUP = 5
 CSV_COLUMNS = (
     "devices", "global_batch", "batch_per_replica", "samples_per_s", "speedup", "efficiency",
     "step_median_ms", "step_p10_ms", "step_p90_ms", "timed_steps", "status", "note",
+    "input_wait",
 )
 
 
@@ -70,6 +71,7 @@ class CountResult:
     device_names: tuple[str, ...] = ()
     message: str = ""
     error_type: str = ""  # the exception's class name, when the job failed
+    input_wait: float | None = None  # share of the timed steps spent waiting for data
 
     def to_dict(self) -> dict[str, Any]:
         return to_plain(dataclasses.asdict(self))
@@ -83,7 +85,8 @@ class CountResult:
                    warmup_s=float(data.get("warmup_s", 0.0)),
                    device_names=tuple(data.get("device_names", ())),
                    message=str(data.get("message", "")),
-                   error_type=str(data.get("error_type", "")))
+                   error_type=str(data.get("error_type", "")),
+                   input_wait=data.get("input_wait"))
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,7 @@ class ScalePoint:
     speedup: float | None = None
     efficiency: float | None = None
     message: str = ""
+    input_wait: float | None = None  # as CountResult's
 
     @property
     def ok(self) -> bool:
@@ -249,7 +253,7 @@ def compute_points(results: Iterable[CountResult]) -> tuple[list[ScalePoint], in
             samples_per_s=r.global_batch / median,
             mean_samples_per_s=r.global_batch * len(r.step_times_s) / sum(r.step_times_s),
             step_median_s=median, step_p10_s=p10, step_p90_s=p90,
-            timed_steps=len(r.step_times_s), message=r.message))
+            timed_steps=len(r.step_times_s), message=r.message, input_wait=r.input_wait))
     ran = [p for p in raw if p.ok]
     if not ran:
         return raw, None
@@ -338,7 +342,7 @@ def csv_text(report: ScalingReport) -> str:
             p.devices, p.global_batch, p.batch_per_replica, _num(p.samples_per_s),
             _num(p.speedup), _num(p.efficiency), _num(p.step_median_s, 1000),
             _num(p.step_p10_s, 1000), _num(p.step_p90_s, 1000), p.timed_steps,
-            p.status.value, p.message,
+            p.status.value, p.message, _num(p.input_wait),
         ])
     return buffer.getvalue()
 
@@ -350,17 +354,17 @@ def _num(value: float | None, scale: float = 1.0) -> str:
 def format_table(report: ScalingReport) -> str:
     """The terminal table, then the recommendation and any notes."""
     header = ("DEVICES", "GLOBAL BATCH", "SAMPLES/S", "SPEED-UP", "EFFICIENCY",
-              "STEP MEDIAN (P10-P90)")
+              "INPUT WAIT", "STEP MEDIAN (P10-P90)")
     rows = [header]
     for p in report.points:
         batch = f"{p.global_batch} ({p.batch_per_replica}/dev)" if p.batch_per_replica else (
             f"{p.global_batch} (uneven)")
         if p.ok:
             rows.append((str(p.devices), batch, f"{p.samples_per_s:,.0f}", f"{p.speedup:.2f}x",
-                         f"{p.efficiency:.0%}", _step_text(p)))
+                         f"{p.efficiency:.0%}", wait_text(p.input_wait), _step_text(p)))
         else:
-            rows.append((str(p.devices), batch, p.status.value, "-", "-", "-"))
-    right = (True, True, True, True, True, False)
+            rows.append((str(p.devices), batch, p.status.value, "-", "-", "-", "-"))
+    right = (True, True, True, True, True, True, False)
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = ["  ".join(cell.rjust(w) if r else cell.ljust(w)
                        for cell, w, r in zip(row, widths, right, strict=True)).rstrip()
@@ -378,6 +382,11 @@ def format_table(report: ScalingReport) -> str:
 def _step_text(p: ScalePoint) -> str:
     assert p.step_median_s is not None and p.step_p10_s is not None and p.step_p90_s is not None
     return (f"{_ms(p.step_median_s)} ({_ms(p.step_p10_s)}-{_ms(p.step_p90_s)}) ms")
+
+
+def wait_text(share: float | None) -> str:
+    """The input wait per step as the verdict words it (core/runs/diagnosis.py)."""
+    return "-" if share is None else f"{share * 100:.0f} %"
 
 
 def _ms(seconds: float) -> str:
@@ -398,5 +407,5 @@ __all__ = [
     "PointStatus", "Recommendation", "ScalePoint", "ScalingMode", "ScalingReport", "batch_for",
     "build_report", "compute_points", "csv_text", "default_counts", "describe", "device_word",
     "even_batches_note",
-    "format_table", "parse_counts", "recommend", "step_stats", "write_csv",
+    "format_table", "parse_counts", "recommend", "step_stats", "wait_text", "write_csv",
 ]

@@ -39,6 +39,7 @@ from mgpu_gui.core.tools.scaling import (
     device_word,
     parse_counts,
     recommend,
+    wait_text,
     write_csv,
 )
 from mgpu_gui.core.tools.scaling_runner import ScaleProgress, ScaleRequest, ScaleRunner
@@ -56,7 +57,7 @@ from mgpu_gui.gui.widgets.screen_fit import fit_to_screen
 from mgpu_gui.gui.widgets.tables import read_only_table
 
 COLUMNS = ("Devices", "Global batch", "Per device", "Samples/s", "Speed-up", "Efficiency",
-           "Step median", "Step p10–p90", "Status")
+           "Input wait", "Step median", "Step p10–p90", "Status")
 PHASES = {"starting": "starting TensorFlow", "building": "building the model and data",
           "warmup": "warming up (compiling the step)", "timing": "timing"}
 
@@ -346,12 +347,12 @@ def _cells(p: ScalePoint) -> list[str]:
     status = p.status.value if not p.message else f"{p.status.value}: {p.message}"
     if not p.ok:
         return [str(p.devices), str(p.global_batch), str(p.batch_per_replica or "–"), "–",
-                "–", "–", "–", "–", status]
+                "–", "–", "–", "–", "–", status]
     assert p.step_median_s is not None and p.step_p10_s is not None
     assert p.step_p90_s is not None and p.speedup is not None and p.efficiency is not None
     return [str(p.devices), str(p.global_batch), str(p.batch_per_replica),
             f"{p.samples_per_s:,.0f}", f"{p.speedup:.2f}×", f"{p.efficiency:.0%}",
-            f"{p.step_median_s * 1000:.1f} ms",
+            wait_text(p.input_wait).replace("-", "–"), f"{p.step_median_s * 1000:.1f} ms",
             f"{p.step_p10_s * 1000:.1f}–{p.step_p90_s * 1000:.1f} ms", status]
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import re
 
-from PySide6.QtWidgets import QGridLayout, QLabel, QProgressBar, QWidget
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QGridLayout, QLabel, QProgressBar, QSizePolicy, QWidget
 
 from mgpu_gui.core.events import (
     BatchEnd,
@@ -22,6 +23,7 @@ from mgpu_gui.core.events import (
     RunStatus,
 )
 from mgpu_gui.core.progress import Progress, format_duration, format_rate
+from mgpu_gui.core.runs.diagnosis import Diagnosed
 
 BAR_MAX = 1000
 _GPU_NAME = re.compile(r"^GPU \d+(?: MIG \d+)?")
@@ -60,6 +62,37 @@ def status_text(event: RunStarted, samples_per_s: float | None) -> str:
     return " · ".join(parts)
 
 
+class VerdictLabel(QLabel):
+    """The diagnosis on one line that never widens the window or grows the panel: its end
+    elided at the panel's width, the whole verdict in the tooltip."""
+
+    HELP = ("Why the run is as fast as it is, updated as it trains: input-bound (the steps "
+            "wait for their data), compute-bound (the devices are busy), or "
+            "synchronisation-bound (several GPUs, little input wait, yet the GPUs are not "
+            "busy: they wait for each other).")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.setAccessibleName("Why is it slow")
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.verdict = ""
+        self.set_verdict("")
+
+    def set_verdict(self, text: str) -> None:
+        self.verdict = text
+        self.setToolTip(f"{text}\n\n{self.HELP}" if text else self.HELP)
+        self.setAccessibleDescription(text)
+        self._elide()
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        self._elide()
+
+    def _elide(self) -> None:
+        self.setText(self.fontMetrics().elidedText(self.verdict, Qt.TextElideMode.ElideRight,
+                                                   max(self.width(), 1)))
+
+
 class ProgressPanel(QWidget):
     """Two bars with ETAs and a status line; fed by `handle_event`."""
 
@@ -85,6 +118,7 @@ class ProgressPanel(QWidget):
             "training samples that do not fill a last global batch; skipped so every "
             "replica gets a full share (reshuffled, so not the same samples each epoch).")
         self.status_label.setWordWrap(True)
+        self.diagnosis_label = VerdictLabel()
         layout.addWidget(self.epoch_label, 0, 0)
         layout.addWidget(self.epoch_bar, 0, 1)
         layout.addWidget(self.epoch_eta_label, 0, 2)
@@ -92,8 +126,9 @@ class ProgressPanel(QWidget):
         layout.addWidget(self.total_bar, 1, 1)
         layout.addWidget(self.total_eta_label, 1, 2)
         layout.addWidget(self.status_label, 2, 0, 1, 3)
+        layout.addWidget(self.diagnosis_label, 3, 0, 1, 3)
         layout.setColumnStretch(1, 1)
-        layout.setRowStretch(3, 1)  # given more height (a splitter drag), the rows stay on top
+        layout.setRowStretch(4, 1)  # given more height (a splitter drag), the rows stay on top
         self.reset()
 
     @staticmethod
@@ -113,6 +148,7 @@ class ProgressPanel(QWidget):
         self.epoch_eta_label.setText("")
         self.total_eta_label.setText("")
         self.status_label.setText("No run")
+        self.diagnosis_label.set_verdict("")
 
     def show_note(self, text: str) -> None:
         """A line in place of the run status: a past run shown, a resume starting."""
@@ -140,6 +176,8 @@ class ProgressPanel(QWidget):
         if isinstance(event, RunStarted | BatchEnd | EpochEnd):
             self.progress.update(event)
             self._show(now=event.t)
+        elif isinstance(event, Diagnosed):
+            self.diagnosis_label.set_verdict(event.text)  # the same words as the terminal
         elif isinstance(event, RunFinished):
             self._on_finished(event)
         elif isinstance(event, RunFailed):
