@@ -32,9 +32,9 @@ from PySide6.QtWidgets import (
 from mgpu_gui.core.runs.search import RunQuery
 from mgpu_gui.gui.widgets.runs_table import PATH_COLUMNS, Column
 
-# Names and paths get at least this many average characters, tags (short words) fewer:
-# at 1280x720 all nine columns then fit the Runs tab.
-FLOOR_CHARS = {Column.NAME: 10, Column.TAGS: 8, Column.MODEL: 9, Column.DATA: 9}
+# Names get at least this many average characters, tags, model and data paths fewer:
+# at 1280x720 all ten columns then fit the Runs tab (the elided rest is in the tooltips).
+FLOOR_CHARS = {Column.NAME: 10, Column.TAGS: 6, Column.MODEL: 6, Column.DATA: 6}
 FIT_ROWS = 50  # rows measured for the column widths besides the visible ones (~0.5 ms a row)
 SEARCH_HELP = ("Show only the runs that match: tag:NAME (has that tag), status:failed (or "
                "completed, stopped, …; several: any of them), name:, model:, data:, note: "
