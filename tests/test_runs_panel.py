@@ -456,3 +456,20 @@ def test_the_progress_bars_survive_any_splitter_drag(qtbot, window):
             assert bar.height() >= bar.minimumSizeHint().height()
         assert window.log.height() >= window.log.minimumSizeHint().height() > 0
         assert all(lower.handle(i).height() >= 6 for i in (1, 2))
+
+
+def test_at_1280x720_the_runs_tab_shows_every_column_without_a_sideways_scroll(
+        qtbot, window, tmp_path):
+    """Typical rows: tagged demo runs with a best metric and a size (the README's picture)."""
+    with RunStore() as store:
+        for i, name in enumerate(("baseline", "lr-3e-3", "lr-1e-2-b32")):
+            record = record_run(store, tmp_path, name, start_t=1.7e9 + i, epochs=6, done=6,
+                                val_losses=[0.5, 0.3, 0.2, 0.15, 0.1, 0.06705 + i / 100])
+            store.set_tags(record.id, ["digits", "lr-sweep", "best"][:i + 1])
+    window.resize(1280, 720)
+    window.log.setCurrentWidget(window.runs_panel)
+    refresh(qtbot, window.runs_panel)
+    table = window.runs_panel.table
+    qtbot.waitUntil(lambda: table.horizontalHeader().length() <= table.viewport().width())
+    assert not table.horizontalScrollBar().isVisible()
+    assert cell(window.runs_panel, 0, Column.NAME) == "lr-1e-2-b32"
