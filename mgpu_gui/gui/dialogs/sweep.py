@@ -50,7 +50,7 @@ from mgpu_gui.core.sweeps.trials import (
 )
 from mgpu_gui.gui.jobs.background_job import source_name, spin_box
 from mgpu_gui.gui.jobs.child_job import ChildJobRunner
-from mgpu_gui.gui.widgets.field_cells import hint_label
+from mgpu_gui.gui.widgets.field_cells import STYLE, hint_label
 from mgpu_gui.gui.widgets.screen_fit import fit_to_screen
 from mgpu_gui.gui.widgets.setting_names import setting_label
 from mgpu_gui.gui.widgets.sweep_parameter import ParameterRow, setting_order
@@ -90,6 +90,7 @@ class SweepDialog(QDialog):
         super().__init__(parent)
         self.setWindowTitle("Sweep")
         self.setAccessibleName("Sweep")
+        self.setStyleSheet(STYLE)  # outlined fields and red messages, as in the run setup
         self.base = base
         self.compiled_model = compiled_model
         self.spec: SweepSpec | None = None
@@ -161,6 +162,7 @@ class SweepDialog(QDialog):
         self.metric_combo.addItems(METRICS)
         self.metric_combo.setCurrentText(DEFAULT_METRIC)
         self.metric_combo.setAccessibleName("Metric that ranks the trials")
+        self.metric_combo.lineEdit().setAccessibleName("Metric that ranks the trials")
         self.metric_combo.setToolTip("The trials' best value of this metric ranks them")
         self.metric_hint = QLabel()
         self.metric_hint.setProperty("role", "hint")
@@ -303,8 +305,14 @@ class SweepDialog(QDialog):
                               and m not in row.problems])
         self.problems = problems
         self.spec = spec if not problems else None
-        self.problems_label.setText("<br>".join(
-            f"<b>{_label(field)}</b>: {html.escape(message)}" for field, message in problems))
+        # A row's problems are spelled out on it; here they are only named.
+        on_rows = list(dict.fromkeys(f for f, _ in problems if f in {r.name for r in self.rows}))
+        lines = [f"<b>{_label(field)}</b>: {html.escape(message)}"
+                 for field, message in problems if field not in on_rows]
+        if on_rows:
+            lines.insert(0, f"Fix the values of {', '.join(map(_label, on_rows))} (said on "
+                            f"{'their rows' if len(on_rows) > 1 else 'its row'}).")
+        self.problems_label.setText("<br>".join(lines))
         self.problems_label.setVisible(bool(problems))
         self.start_button.setEnabled(self.spec is not None)
         self._show_total(trials)

@@ -240,8 +240,9 @@ class SweepParallel(_SweepPlot):
                 pen=pg.mkPen(colors.colors[k], width=5 if line.is_best else 2))
         self.lines = [drawn[k] for k in range(len(lines))]
         if lines:
-            self.say("Colour: " + "  ".join(
-                f"<span style='color:{color}'>■</span> {html.escape(text)}"
+            prefix = f"{self.results.metric} = "  # the legend's words, said once here
+            self.say(f"Colour by best {html.escape(self.results.metric)}: " + "  ".join(
+                f"<span style='color:{color}'>■</span> {html.escape(text.removeprefix(prefix))}"
                 for text, color in colors.legend) + "; thick: the best trial")
         self.item.setXRange(-0.35, count - 1 + 0.45, padding=0)
         self.item.setYRange(-0.06, 1.06, padding=0)

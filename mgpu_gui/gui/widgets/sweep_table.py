@@ -131,6 +131,9 @@ def _group_cells(results: SweepResults, group: RepeatGroup) -> tuple[Cell, ...]:
              Cell(f"{group.finished} of {len(group.trials)}", float(group.finished), mark=mark)]
     if group.mean is None or group.low is None or group.high is None:
         cells += [Cell("", None, mark=mark), Cell("", None, mark=mark)]
+    elif group.finished < 2:
+        cells += [Cell(f"{group.mean:.4g}", group.mean, mark=mark),
+                  Cell("", None, "one finished repeat: no spread yet", mark)]
     else:
         sd = (group.high - group.low) / 2
         cells += [Cell(f"{group.mean:.4g}", group.mean, mark=mark),
