@@ -204,7 +204,6 @@ class SweepParallel(_SweepPlot):
         self.lines: list[pg.PlotDataItem] = []  # one per finished trial, in trial order
         self.item.hideAxis("left")
         self.item.setMouseEnabled(x=False, y=False)  # the axes are fixed; nothing to zoom
-        self.item.getViewBox().setMenuEnabled(False)  # the export menu stays
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.plot, 1)
