@@ -177,6 +177,7 @@ class MainWindow(ToolDialogs, RunHistory, ExportActions, QMainWindow):
         run_menu.addAction(self.queue_action)
         run_menu.addAction(self.stop_action)
         run_menu.addAction(self.cluster_action)
+        run_menu.addAction(self.make_sweep_action())
         run_menu.addSeparator()
         run_menu.addAction(self.scaling_action)
         run_menu.addAction(self.batch_action)

@@ -33,18 +33,8 @@ from mgpu_gui.core.modelfiles.builtins import ARCHITECTURES, IMAGENET, NO_WEIGHT
 from mgpu_gui.core.runs.finish_hook import parse_command
 from mgpu_gui.gui.panels.run_setup_layout import RunSetupLayout
 from mgpu_gui.gui.widgets.field_cells import ERROR_COLOR
+from mgpu_gui.gui.widgets.setting_names import FIELD_NAMES
 
-FIELD_NAMES = {
-    "model": "Model", "allow_unsafe_code": "Allow code", "pretrained": "Pretrained",
-    "data": "Data",
-    "image_size": "Image size", "validation_split": "Validation split",
-    "batch_per_replica": "Batch per GPU", "epochs": "Epochs", "optimizer": "Optimizer",
-    "learning_rate": "Learning rate", "early_stopping.patience": "Early stopping",
-    "output_dir": "Output folder", "lr_scaling.warmup_epochs": "LR warm-up",
-    "precision": "Precision", "jit_compile": "XLA", "augment": "Augmentation", "cache": "Cache",
-    "freeze_epochs": "Freeze", "unfreeze": "Fine-tune layers", "fine_tune_lr": "Fine-tune LR",
-    "lr_scaling.enabled": "LR scaling", "on_finish": "On finish",
-}
 NOT_IMAGES = ("Augmentation transforms images: choose an image folder as the data to use it. "
               "The transforms ticked here come back with the next image folder.")
 NAMED_PROBLEMS = 2  # beside Train: the first fields with a problem, then "and N more"

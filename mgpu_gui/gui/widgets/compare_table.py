@@ -77,6 +77,12 @@ class ComparisonModel(QAbstractTableModel):
             return QBrush(QColor(*MARK_TINT))
         return None
 
+    def header_tip(self, section: int) -> str:
+        """A column's tooltip (the Sweep view's table words its own)."""
+        column = self.table.columns[section]
+        return _HEADER_TIPS[column.kind] + (
+            "; it differs between these runs" if column.differs else "")
+
     def headerData(self, section: int, orientation: Qt.Orientation,  # noqa: N802 (Qt's)
                    role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if orientation is not Qt.Orientation.Horizontal:
@@ -85,8 +91,7 @@ class ComparisonModel(QAbstractTableModel):
         if role == Qt.ItemDataRole.DisplayRole:
             return column.title
         if role == Qt.ItemDataRole.ToolTipRole:
-            return _HEADER_TIPS[column.kind] + (
-                "; it differs between these runs" if column.differs else "")
+            return self.header_tip(section)
         if role == Qt.ItemDataRole.FontRole and self.highlight_differences and column.differs:
             font = QFont()
             font.setBold(True)
