@@ -183,10 +183,12 @@ class JobQueue:
         self._update("UPDATE queue SET state = ?, message = ? WHERE id = ?",
                      (JobState.FAILED.value, message, job_id))
 
-    def mark_waiting(self, job_id: int, message: str) -> None:
-        """Back in the queue: it could not start after all (another app took a device)."""
-        self._update("UPDATE queue SET state = ?, message = ? WHERE id = ?",
-                     (JobState.QUEUED.value, message, job_id))
+    def mark_waiting(self, job_id: int, message: str, *, forget_run: bool = False) -> None:
+        """Back in the queue: it could not start after all (another app took a device), or
+        its run is to go on (resumed) or, with `forget_run`, to start afresh."""
+        self._update("UPDATE queue SET state = ?, message = ?, run_id = CASE WHEN ? THEN NULL "
+                     "ELSE run_id END WHERE id = ?",
+                     (JobState.QUEUED.value, message, int(forget_run), job_id))
 
     def set_waiting_for(self, job_id: int, message: str) -> None:
         self._update("UPDATE queue SET message = ? WHERE id = ? AND message != ?",
