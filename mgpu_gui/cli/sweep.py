@@ -263,13 +263,17 @@ def _wait(store: RunStore, sweep_id: int) -> int:
 def format_view(view: SweepView) -> str:
     """The trials' table (the best marked *), the repeats' means, and the best."""
     results = view.results
+    wide = max([len("settings"), *(len(row.trial.label) for row in results.rows)])
+    status = max([len("status"), *(len(row.status.text) for row in results.rows)])
     lines = [f"Sweep {view.record.id} ({view.record.name}): {view.record.state_text}",
-             f"{'':2}{'trial':>5}  {'settings':<40} {'status':<28} {results.metric:>10}  epoch"]
+             f"{'':2}{'trial':>5}  {'settings':<{wide}}  {'status':<{status}}  "
+             f"{results.metric:>10}  epoch"]
     for row in results.rows:
         value = "" if row.best is None else _number(row.best.best)
         epoch = "" if row.best is None else str(row.best.best_epoch + 1)
         lines.append(f"{'*' if row.is_best else '':2}{row.trial.index:>5}  "
-                     f"{row.trial.label:<40} {row.status.text:<28} {value:>10}  {epoch}")
+                     f"{row.trial.label:<{wide}}  {row.status.text:<{status}}  {value:>10}  "
+                     f"{epoch}".rstrip())
     lines += _groups(results)
     best = results.best
     if best is None:
