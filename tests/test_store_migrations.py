@@ -56,12 +56,14 @@ def test_an_earlier_store_opens_with_its_runs_epochs_and_queue(tmp_path, version
         assert store.evaluation(runs["digits"].id, Split.TEST) == result
         # No run had telemetry before v6; a stored run can get it now.
         database, run_id = store.database, runs["digits"].id
-        assert len(read_telemetry(database, run_id)) == 0
+        kept = read_telemetry(database, run_id)
+        assert {d: len(s) for d, s in kept.samples.items()} == ({0: 3, 1: 3} if version >= 6
+                                                                 else {})
         record_devices(database, run_id, [TelemetryDevice(0, "GPU-0", "Fake", 81920)])
         record_samples(database, run_id, [TelemetrySample(0, 1700000000.5, 97, 61000, 312, 71)])
         read = read_telemetry(database, run_id)
-        assert read.devices[0].name == "Fake" and read.samples[0].tolist() == [
-            [1700000000.5, 97, 61000, 312, 71]]
+        assert read.devices[0].name == "Fake" and [1700000000.5, 97, 61000, 312, 71] in (
+            read.samples[0].tolist())
 
 
 def test_an_evaluation_replaces_the_earlier_one_of_its_split_and_goes_with_its_run(tmp_path):

@@ -27,6 +27,7 @@ from mgpu_gui.cli import (
     resume,
     runs,
     scale,
+    sweep,
     train,
     unwrap,
     worker,
@@ -35,8 +36,8 @@ from mgpu_gui.cli.common import EXIT_FAILED, EXIT_STOPPED, EXIT_USAGE, FLAGS
 from mgpu_gui.core.errors import ConfigError, UserError
 from mgpu_gui.core.runs.storedb import STORE_ENV
 
-SUBCOMMANDS = (train, resume, runs, queue, models, devices, doctor, export, evaluate, predict,
-               inspect, unwrap, scale, find_batch, worker)
+SUBCOMMANDS = (train, resume, runs, queue, sweep, models, devices, doctor, export, evaluate,
+               predict, inspect, unwrap, scale, find_batch, worker)
 
 
 def build_parser() -> argparse.ArgumentParser:

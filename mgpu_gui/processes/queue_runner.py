@@ -7,6 +7,9 @@ on `<store>.runner.lock`, holding its pid); it exits once nothing waits and
 none of its runs is live. Each started run is supervised here like any other
 (`WorkerProcess` records its events in the store); if this process dies, its
 workers stop at their next batch and the runs show as interrupted, resumable.
+Sweeps' trials are jobs too: here they are capped, judged by the median rule after
+each epoch, and resumed by the next runner when one's exit stopped them
+(`core/sweeps/runner.py`).
 """
 
 from __future__ import annotations
@@ -21,12 +24,20 @@ import threading
 import time
 from pathlib import Path
 
-from mgpu_gui.core.children.supervisor import WorkerProcess, prepare_run
+from mgpu_gui.core.children.supervisor import (
+    PreparedRun,
+    WorkerProcess,
+    prepare_resume,
+    prepare_run,
+)
 from mgpu_gui.core.devices.nvml import GpuInventory, query_inventory
 from mgpu_gui.core.errors import UserError
+from mgpu_gui.core.events import EpochEnd
 from mgpu_gui.core.runs import claims
 from mgpu_gui.core.runs.queue import JobQueue, QueuedJob, runner_lock_path, schedule
 from mgpu_gui.core.runs.store import RunState, RunStore
+from mgpu_gui.core.sweeps.runner import SweepJudge, admitted, requeue_stopped_trials
+from mgpu_gui.core.sweeps.store import sweep_tag
 
 POLL_S = 1.0
 INVENTORY_TTL_S = 30.0  # GPUs rarely come and go; NVML's listing is not free
@@ -52,6 +63,9 @@ class QueueRunner:
         self.store.reconcile()  # runs an earlier runner left behind are interrupted
         for job in self.queue.fail_unfinished_starts():
             log.info("job %d: an earlier runner died while starting it", job.id)
+        for job in requeue_stopped_trials(self.store):
+            log.info("job %d: sweep %d's trial %d waits to go on (run %s)", job.id,
+                     job.sweep_id, job.trial_index, job.run_id)
         idle_since = time.monotonic()
         while not self.stopping.wait(POLL_S if self.workers or self.queue.waiting() else 0.2):
             self._forget_finished()
@@ -74,7 +88,10 @@ class QueueRunner:
     def _start_ready(self, waiting: list[QueuedJob]) -> None:
         inventory = self._inventory_now()
         held, busy = claims.in_use(self.store.database, inventory.gpus)
-        for decision in schedule(waiting, inventory, held, busy):
+        ready, capped = admitted(self.store, waiting)
+        for job_id, reason in capped.items():
+            self.queue.set_waiting_for(job_id, reason)
+        for decision in schedule(ready, inventory, held, busy):
             job = decision.job
             if decision.error:
                 self.queue.mark_failed(job.id, decision.error)
@@ -87,7 +104,7 @@ class QueueRunner:
     def _start(self, job: QueuedJob, inventory: GpuInventory | None) -> None:
         self.queue.mark_starting(job.id)
         try:
-            run = prepare_run(job.config, inventory, self.store, allow_busy=job.allow_busy)
+            run = self._prepare(job, inventory)
         except claims.DevicesBusyError as busy:  # another app instance was quicker
             self.queue.mark_waiting(job.id, busy.reason)
             return
@@ -97,6 +114,8 @@ class QueueRunner:
             return
         assert run.run_id is not None
         self.queue.mark_started(job.id, run.run_id)
+        if job.sweep_id is not None:
+            self.store.tag(run.run_id, [sweep_tag(job.sweep_id)])
         worker = WorkerProcess(run, store=self.store)
         try:
             worker.start()
@@ -108,17 +127,30 @@ class QueueRunner:
             return
         log.info("job %d started as run %d in %s on %s", job.id, run.run_id, run.run_dir.path,
                  ", ".join(run.plan.names))
-        thread = threading.Thread(target=self._supervise, args=(job.id, worker),
+        thread = threading.Thread(target=self._supervise, args=(job, worker),
                                   name=f"job-{job.id}", daemon=True)
         self.workers[job.id], self.threads[job.id] = worker, thread
         thread.start()
 
-    @staticmethod
-    def _supervise(job_id: int, worker: WorkerProcess) -> None:
-        for _ in worker.events():
-            pass  # recorded in the store by the worker's recorder
-        outcome = worker.outcome()
-        log.info("job %d ended: %s %s", job_id, outcome.status.value, outcome.message)
+    def _prepare(self, job: QueuedJob, inventory: GpuInventory | None) -> PreparedRun:
+        """A new run, or (a sweep's trial a runner's exit stopped) its run resumed."""
+        if job.run_id is None:
+            return prepare_run(job.config, inventory, self.store, allow_busy=job.allow_busy)
+        return prepare_resume(self.store.get(job.run_id).run_dir, inventory, self.store,
+                              allow_busy=job.allow_busy)
+
+    def _supervise(self, job: QueuedJob, worker: WorkerProcess) -> None:
+        judge = SweepJudge(self.store.path, job) if job.sweep_id is not None else None
+        try:
+            for event in worker.events():  # recorded in the store by the worker's recorder
+                if judge is not None and isinstance(event, EpochEnd) and judge.after_epoch():
+                    log.info("job %d: %s", job.id, judge.verdict.reason)
+                    worker.request_stop()  # at once: the main loop would within POLL_S
+            outcome = worker.outcome()
+        finally:
+            if judge is not None:
+                judge.close()
+        log.info("job %d ended: %s %s", job.id, outcome.status.value, outcome.message)
 
     def _forget_finished(self) -> None:
         for job_id, thread in list(self.threads.items()):

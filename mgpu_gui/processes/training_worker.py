@@ -194,9 +194,11 @@ def fault_callbacks(run_dir: RunDir, channel: EventChannel) -> list[Any]:
     from mgpu_gui.testing import faults
 
     try:
-        fault = faults.Fault.parse(spec)
+        fault = faults.from_env(run_name=run_dir.path.name)
     except faults.FaultSpecError as error:
         raise UserError(str(error)) from error
+    if fault is None:  # meant for another run
+        return []
     channel.emit(LogMessage(message=f"Test-only fault injection is on: {FAULT_VAR}={fault}.",
                             level="warning"))
     return [faults.fault_callback(fault, run_dir.path)]

@@ -3,9 +3,11 @@
     MGPU_GUI_FAULT=KIND[=MS]@EPOCH:STEP     e.g. MGPU_GUI_FAULT=oom@2:3
 
 EPOCH and STEP count from 1 as a user does; the fault happens as that step
-begins (`slow_input`: from that step on). The tests set the variable for the
-CLI, whose worker inherits it; the training worker hands `run_training` the
-callback only when it is set. Never set it otherwise.
+begins (`slow_input`: from that step on). With MGPU_GUI_FAULT_RUN=SUFFIX too,
+only a run whose folder name ends with SUFFIX meets it (one trial of a sweep:
+its runs share the environment). The tests set the variable for the CLI, whose
+worker inherits it; the training worker hands `run_training` the callback only
+when it is set. Never set it otherwise.
 
 Kinds:
 - `oom`: raises `tf.errors.ResourceExhaustedError` worded as TensorFlow's
@@ -43,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 ENV_VAR = "MGPU_GUI_FAULT"
+ONLY_VAR = "MGPU_GUI_FAULT_RUN"
 FILL_NAME = ".mgpu-fault-fill"
 FILL_RESERVE = 64 * 1024
 _SPEC = re.compile(r"^\s*([a-z_]+)(?:=(\d+))?@(\d+):(\d+)\s*$")
@@ -94,9 +97,14 @@ class Fault:
         return f"{self.kind.value}{delay}@{self.epoch}:{self.step}"
 
 
-def from_env(environ: Mapping[str, str] | None = None) -> Fault | None:
-    """The fault asked for by the environment, or None (the normal case)."""
-    text = (os.environ if environ is None else environ).get(ENV_VAR, "")
+def from_env(environ: Mapping[str, str] | None = None, run_name: str = ""
+             ) -> Fault | None:
+    """The fault asked for by the environment, or None (the normal case, or a run
+    `run_name` that ONLY_VAR leaves out)."""
+    environ = os.environ if environ is None else environ
+    text = environ.get(ENV_VAR, "")
+    if not run_name.endswith(environ.get(ONLY_VAR, "")):
+        return None
     return Fault.parse(text) if text.strip() else None
 
 

@@ -17,11 +17,13 @@ import dataclasses
 import fcntl
 import json
 import os
+import sqlite3
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 from mgpu_gui.core.config import DeviceKind, RunConfig
 from mgpu_gui.core.devices.nvml import GpuInventory
@@ -56,6 +58,10 @@ class QueuedJob:
     run_id: int | None
     message: str  # what it waits for, or why it could not start
     cancel_requested: bool
+    sweep_id: int | None = None  # a sweep's trial (core/sweeps/store.py)
+    trial_index: int | None = None
+    trial: Mapping[str, Any] | None = None  # its swept values and repeat, as stored
+    stop_reason: str = ""  # why the runner stopped its run (the median rule), if it did
 
     @property
     def waiting(self) -> bool:
@@ -87,6 +93,19 @@ class JobQueue:
         A GPU busy outside the app right now must be confirmed (`allow_busy`)
         here, as for a run started at once.
         """
+        config = self.checked(config, inventory, allow_busy=allow_busy)
+
+        def insert() -> int:
+            with self._database.write() as db:
+                return insert_job(db, config, allow_busy)
+
+        return self.get(int(retry(insert)))
+
+    def checked(self, config: RunConfig, inventory: GpuInventory, *,
+                allow_busy: bool = False) -> RunConfig:
+        """The config as a job keeps it (output folder absolute), or the error that keeps
+        it off the queue: bad settings, devices this machine lacks, or a GPU busy outside
+        the app that `allow_busy` did not confirm."""
         config.check()
         config = config.replace(output_dir=str(config.output_path.absolute()))
         # DeviceError: impossible on this machine. Runs of the app are left out (`held`
@@ -98,17 +117,7 @@ class JobQueue:
             raise claims.DevicesBusyError(
                 error.reason, "Queue it only if that process can share the GPU: confirm in "
                 "the app, or add --allow-busy.", error.keys, outside_only=True) from None
-        name = config.run_name or Path(config.model).stem or "run"
-
-        def insert() -> int:
-            with self._database.write() as db:
-                cursor = db.execute(
-                    "INSERT INTO queue (name, config, state, allow_busy, created) "
-                    "VALUES (?, ?, ?, ?, ?)",
-                    (name, config.to_json(), JobState.QUEUED.value, int(allow_busy), time.time()))
-                return int(cursor.lastrowid)
-
-        return self.get(int(retry(insert)))
+        return config
 
     def jobs(self, *, finished: bool = False) -> list[QueuedJob]:
         """Waiting jobs and those whose run still runs, oldest first (with `finished`,
@@ -130,8 +139,9 @@ class JobQueue:
             raise UserError(f"There is no job {job_id} in the queue; see `mgpu-train queue list`.")
         return _job(row)
 
-    def cancel(self, job_id: int) -> QueuedJob:
-        """Take a waiting job off the queue, or ask the runner to stop a started one."""
+    def cancel(self, job_id: int, reason: str = "") -> QueuedJob:
+        """Take a waiting job off the queue, or ask the runner to stop a started one
+        (`reason`: why, when it is not the user's asking: the median rule's verdict)."""
         job = self.get(job_id)
         if job.state is JobState.QUEUED:
             self._update("UPDATE queue SET state = ?, message = ? WHERE id = ? "
@@ -142,7 +152,8 @@ class JobQueue:
         if job.state is JobState.STARTED and job.run_id is not None:
             record = self.store.get(job.run_id)
             if record.status is RunState.RUNNING:
-                self._update("UPDATE queue SET cancel_requested = 1 WHERE id = ?", (job_id,))
+                self._update("UPDATE queue SET cancel_requested = 1, stop_reason = ? "
+                             "WHERE id = ?", (reason, job_id))
                 return self.get(job_id)
         raise UserError(f"Job {job_id} ({job.name}) is {self.describe(job)}; there is nothing "
                         f"to cancel.")
@@ -172,10 +183,12 @@ class JobQueue:
         self._update("UPDATE queue SET state = ?, message = ? WHERE id = ?",
                      (JobState.FAILED.value, message, job_id))
 
-    def mark_waiting(self, job_id: int, message: str) -> None:
-        """Back in the queue: it could not start after all (another app took a device)."""
-        self._update("UPDATE queue SET state = ?, message = ? WHERE id = ?",
-                     (JobState.QUEUED.value, message, job_id))
+    def mark_waiting(self, job_id: int, message: str, *, forget_run: bool = False) -> None:
+        """Back in the queue: it could not start after all (another app took a device), or
+        its run is to go on (resumed) or, with `forget_run`, to start afresh."""
+        self._update("UPDATE queue SET state = ?, message = ?, run_id = CASE WHEN ? THEN NULL "
+                     "ELSE run_id END WHERE id = ?",
+                     (JobState.QUEUED.value, message, int(forget_run), job_id))
 
     def set_waiting_for(self, job_id: int, message: str) -> None:
         self._update("UPDATE queue SET message = ? WHERE id = ? AND message != ?",
@@ -230,6 +243,20 @@ def schedule(jobs: Sequence[QueuedJob], inventory: GpuInventory, held: Mapping[s
     return decisions
 
 
+def insert_job(db: sqlite3.Connection, config: RunConfig, allow_busy: bool, *,
+               sweep_id: int | None = None, trial_index: int | None = None,
+               trial: Mapping[str, Any] | None = None) -> int:
+    """One waiting job's row, inside the caller's write transaction (a sweep queues all
+    its trials in one); `config` as `JobQueue.checked` returned it. Returns its id."""
+    name = config.run_name or Path(config.model).stem or "run"
+    cursor = db.execute(
+        "INSERT INTO queue (name, config, state, allow_busy, created, sweep_id, trial_index, "
+        "trial) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (name, config.to_json(), JobState.QUEUED.value, int(allow_busy), time.time(), sweep_id,
+         trial_index, None if trial is None else json.dumps(trial)))
+    return int(cursor.lastrowid)
+
+
 def _only(inventory: GpuInventory, plan: DevicePlan) -> GpuInventory:
     """The inventory narrowed to the plan's GPUs, so prepare_run plans the same devices."""
     if not plan.gpus:
@@ -244,7 +271,10 @@ def _job(row) -> QueuedJob:
         id=row["id"], name=row["name"], config=RunConfig.from_json(row["config"]),
         state=JobState(row["state"]), allow_busy=bool(row["allow_busy"]), created=row["created"],
         started=row["started"], run_id=row["run_id"], message=row["message"],
-        cancel_requested=bool(row["cancel_requested"]))
+        cancel_requested=bool(row["cancel_requested"]), sweep_id=row["sweep_id"],
+        trial_index=row["trial_index"],
+        trial=None if row["trial"] is None else json.loads(row["trial"]),
+        stop_reason=row["stop_reason"])
 
 
 # -- the runner process ----------------------------------------------------------------------

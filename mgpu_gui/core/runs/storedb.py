@@ -137,6 +137,23 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (run_id, t, device)
     ) WITHOUT ROWID;
     """,
+    # v7: sweeps (core/sweeps/store.py). A trial is a queued job tagged with its sweep: its
+    # index and swept values (JSON) on the job; `stop_reason` says why the queue runner
+    # stopped a job's run (the median rule), where the run's own status says only "stopped".
+    """
+    CREATE TABLE sweeps (
+        id INTEGER PRIMARY KEY,
+        name TEXT NOT NULL,
+        spec TEXT NOT NULL,
+        created REAL NOT NULL,
+        cancelled INTEGER NOT NULL DEFAULT 0
+    );
+    ALTER TABLE queue ADD COLUMN sweep_id INTEGER REFERENCES sweeps(id) ON DELETE CASCADE;
+    ALTER TABLE queue ADD COLUMN trial_index INTEGER;
+    ALTER TABLE queue ADD COLUMN trial TEXT;
+    ALTER TABLE queue ADD COLUMN stop_reason TEXT NOT NULL DEFAULT '';
+    CREATE INDEX queue_by_sweep ON queue (sweep_id, trial_index);
+    """,
 )
 SCHEMA_VERSION = len(MIGRATIONS)
 
