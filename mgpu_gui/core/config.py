@@ -258,8 +258,7 @@ class RunConfig:
         if self.batch_event_interval_s < 0:
             found.append(("batch_event_interval_s", "must be 0 or more"))
         found += _transfer_problems(self)
-        found += engine_problems(self.engine, jit_compile=self.jit_compile,
-                                 export_formats=self.export_formats)
+        found += engine_problems(self.engine, jit_compile=self.jit_compile)
         return found
 
     def check(self) -> None:

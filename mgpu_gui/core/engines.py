@@ -37,8 +37,7 @@ def installed_engines() -> list[Engine]:
     return [e for e in Engine if installed(e)]
 
 
-def engine_problems(engine: str, *, jit_compile: bool,
-                    export_formats: tuple[str, ...] = ()) -> list[tuple[str, str]]:
+def engine_problems(engine: str, *, jit_compile: bool) -> list[tuple[str, str]]:
     """What a run on `engine` cannot do here, as RunConfig.problems pairs."""
     if engine not in ENGINES:
         return [("engine", f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")]
@@ -52,10 +51,6 @@ def engine_problems(engine: str, *, jit_compile: bool,
     if jit_compile:
         found.append(("jit_compile", "the JAX engine compiles every step with XLA already; "
                                      "turn XLA (--xla) off"))
-    if "savedmodel" in export_formats:
-        found.append(("export_formats", "a SavedModel export needs the tensorflow engine; "
-                                        "export keras or h5 from a JAX run (both load on "
-                                        "either engine)"))
     return found
 
 
