@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from mgpu_gui.cli.common import add_train_arguments, config_from_args
@@ -33,7 +35,9 @@ def test_the_tensorflow_engine_names_its_backend_against_a_users_keras_json():
         "KERAS_BACKEND": "tensorflow"}
 
 
-def test_the_worker_environment_joins_the_device_plan_and_the_engine():
+def test_the_worker_environment_joins_the_device_plan_and_the_engine(monkeypatch):
+    for name in ("tensorflow", "keras", "jax"):  # as in a fresh worker
+        monkeypatch.delitem(sys.modules, name, raising=False)
     plan = plan_devices(DeviceSelection(kind=DeviceKind.CPU, replicas=3),
                         GpuInventory(NvmlState.NO_DRIVER))
     environ: dict[str, str] = {}
@@ -44,7 +48,7 @@ def test_the_worker_environment_joins_the_device_plan_and_the_engine():
 
 
 def test_refuses_after_jax_started(monkeypatch):
-    monkeypatch.setitem(__import__("sys").modules, "jax", object())
+    monkeypatch.setitem(sys.modules, "jax", object())
     plan = plan_devices(DeviceSelection(kind=DeviceKind.CPU, replicas=2),
                         GpuInventory(NvmlState.NO_DRIVER))
     with pytest.raises(RuntimeError, match="before importing JAX"):

@@ -56,7 +56,7 @@ def samples_per_s(engine: str, model: str, data: str, replicas: int, epochs: int
                   out: Path) -> float:
     command = [sys.executable, "-m", "mgpu_gui.cli.main", "train", "--engine", engine,
                "--cpu", "--replicas", str(replicas), "--epochs", str(epochs), "--model", model,
-               "--data", data, "--export", "", "--json", "-o", str(out)]
+               "--data", data, "--json", "-o", str(out)]
     proc = subprocess.run(command, capture_output=True, text=True, env=os.environ.copy())
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     rates = [e["samples_per_s"] for e in events if e["type"] == "epoch_end"]
