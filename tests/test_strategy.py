@@ -90,16 +90,17 @@ def test_apply_device_env_sets_the_plan_environment(monkeypatch):
     monkeypatch.delitem(sys.modules, "tensorflow", raising=False)
     environ = {"CUDA_VISIBLE_DEVICES": "0,1", "HOME": "/home/x"}
     apply_device_env(cpu_plan(), environ)
-    assert environ == {"CUDA_VISIBLE_DEVICES": "", "HOME": "/home/x"}
+    assert environ == {"CUDA_VISIBLE_DEVICES": "", "HOME": "/home/x",
+                       "KERAS_BACKEND": "tensorflow"}
 
 
 def test_apply_device_env_refuses_after_tensorflow_import(monkeypatch):
     monkeypatch.setitem(sys.modules, "tensorflow", object())
     with pytest.raises(RuntimeError, match="before importing TensorFlow"):
         apply_device_env(cpu_plan(), {"CUDA_VISIBLE_DEVICES": "0"})
-    environ = {"CUDA_VISIBLE_DEVICES": ""}
+    environ = {"CUDA_VISIBLE_DEVICES": "", "KERAS_BACKEND": "tensorflow"}
     apply_device_env(cpu_plan(), environ)  # nothing changes: allowed
-    assert environ == {"CUDA_VISIBLE_DEVICES": ""}
+    assert environ == {"CUDA_VISIBLE_DEVICES": "", "KERAS_BACKEND": "tensorflow"}
 
 
 # -- the GPU path, against a fake `tf` (this machine has no GPU) ----------------

@@ -30,6 +30,7 @@ from mgpu_gui.core.config import (
     ReduceLROnPlateauConfig,
     RunConfig,
 )
+from mgpu_gui.core.engines import ENGINES, Engine
 from mgpu_gui.core.errors import ConfigError, UserError, WeightsUnavailable
 from mgpu_gui.core.events import (
     EvaluationDone,
@@ -61,7 +62,7 @@ FLAGS = {  # RunConfig fields as the flags a CLI user typed
     "reduce_lr.factor": "--rl-factor", "precision": "--precision", "jit_compile": "--xla",
     "lr_scaling.warmup_epochs": "--warmup-epochs", "lr_scaling.enabled": "--scale-lr",
     "freeze_epochs": "--freeze-epochs", "unfreeze": "--unfreeze",
-    "fine_tune_lr": "--fine-tune-lr",
+    "fine_tune_lr": "--fine-tune-lr", "engine": "--engine",
 }
 
 
@@ -149,6 +150,10 @@ def add_train_arguments(p: argparse.ArgumentParser, *, hidden: Collection[str] =
     add(p, "--xla", dest="jit_compile", action="store_true",
         help="compile the model with XLA (jit_compile); a model XLA cannot compile trains "
              "without it, with a warning")
+    add(p, "--engine", choices=ENGINES,
+        help="the Keras backend: tensorflow (MirroredStrategy) or jax (DataParallel, "
+             "BatchNorm always synchronised; needs the jax extra) (default "
+             f"{Engine.TENSORFLOW.value})")
     add(p, "--image-size", help="HxW for image folders (default 64x64)")
     add(p, "--rescale", type=float, help="pixel scale for image folders (default 1/255)")
     add(p, "--augment", metavar="SPEC",
@@ -218,7 +223,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
                  "epochs", "optimizer", "learning_rate", "loss", "rescale", "seed",
                  "output_dir", "run_name", "custom_objects", "precision", "builder",
                  "pretrained", "augment", "cache", "freeze_epochs", "unfreeze",
-                 "fine_tune_lr"):
+                 "fine_tune_lr", "engine"):
         value = getattr(args, name)
         if value is not None:
             changes[name] = value

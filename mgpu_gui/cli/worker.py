@@ -32,6 +32,8 @@ from mgpu_gui.cli.common import (
 )
 from mgpu_gui.core.children.supervisor import prepare_resume, prepare_run
 from mgpu_gui.core.devices.nvml import query_inventory
+from mgpu_gui.core.engines import CLUSTER_REFUSAL, Engine
+from mgpu_gui.core.errors import ConfigError
 from mgpu_gui.core.runs.cluster import (
     DEFAULT_PEER_TIMEOUT_S,
     DEFAULT_START_TIMEOUT_S,
@@ -75,6 +77,8 @@ def run(args: argparse.Namespace) -> int:
                              peer_timeout_s=args.peer_timeout)
     inventory = query_inventory()
     config = one_replica_per_cpu_worker(config_from_args(args), inventory)
+    if config.engine != Engine.TENSORFLOW:
+        raise ConfigError([CLUSTER_REFUSAL])
     check_port_free(spec.port)  # before any folder is made; the worker checks again
     again = (f"To resume, run the same `mgpu-train worker` command on every machine again "
              f"({len(spec.workers)} workers); the chief continues after its last complete "

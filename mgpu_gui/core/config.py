@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mgpu_gui.core.augment import AugmentSpecError, parse_augment
+from mgpu_gui.core.engines import Engine, engine_problems
 from mgpu_gui.core.errors import ConfigError
 from mgpu_gui.core.modelfiles.builtins import NO_WEIGHTS, architecture, pretrained_problem
 from mgpu_gui.core.plain import to_plain
@@ -131,6 +132,7 @@ class RunConfig:
     export_formats: tuple[str, ...] = ("keras",)
     tensorboard: bool = False
     batch_event_interval_s: float = 0.25
+    engine: str = Engine.TENSORFLOW.value  # the Keras backend (core/engines.py)
 
     # -- serialisation -------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -256,6 +258,7 @@ class RunConfig:
         if self.batch_event_interval_s < 0:
             found.append(("batch_event_interval_s", "must be 0 or more"))
         found += _transfer_problems(self)
+        found += engine_problems(self.engine, jit_compile=self.jit_compile)
         return found
 
     def check(self) -> None:

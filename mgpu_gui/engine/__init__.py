@@ -8,6 +8,6 @@ first, and `tf_facts` captures what TensorFlow prints as it starts.
 
 Keras-level modules (models, callbacks, export, unwrap, precision, demo) are
 backend-neutral in what they do; the TensorFlow-specific ones (strategy,
-pipeline, xla, multiworker, tf_facts) are what a second backend (JAX) would
-add beside them.
+pipeline, xla, multiworker, tf_facts) have one JAX counterpart so far:
+jax_strategy (DataParallel behind the strategy's interface; tf.data still feeds it).
 """

@@ -7,7 +7,8 @@ Two facts of Keras 3.15's `fit` shape this module:
   epoch-level hooks to the wrapped callbacks only for epochs that ran every step.
 - Batch-end hooks run on a thread pool (no device sync on the training thread)
   only when every callback is `async_safe` or leaves its batch hooks unset. The
-  callbacks here are async-safe, so `mgpu-train` trains as fast as a bare `fit`.
+  callbacks here are async-safe, so `mgpu-train` trains as fast as a bare `fit`
+  (on TensorFlow; on JAX, EventCallback's batch hooks run on the training thread).
   Batch-begin hooks always run on the training thread, in order, so they tell
   exactly which step was running when `fit` raised.
 
@@ -18,6 +19,7 @@ Checkpoints are ours, not Keras' (`ModelCheckpoint` writes in place, and
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
@@ -250,6 +252,13 @@ class EpochCheckpoints(keras.callbacks.Callback):
         self.writing = None
 
 
+def strategy_scope(model: keras.Model) -> contextlib.AbstractContextManager:
+    """The scope new variables of `model` belong in: its MirroredStrategy's. Keras on JAX
+    has no `distribute_strategy`: its distribution is set for the whole process."""
+    strategy = getattr(model, "distribute_strategy", None)
+    return strategy.scope() if strategy is not None else contextlib.nullcontext()
+
+
 def restore_backup(model: keras.Model, backup: Path, *, after: int = 0) -> int:
     """Load the backup's model file into `model`, weights and optimizer state, when it holds
     more than `after` epochs; returns the epochs it holds."""
@@ -264,7 +273,7 @@ def restore_backup(model: keras.Model, backup: Path, *, after: int = 0) -> int:
             f"completed epoch.")
     optimizer = model.optimizer
     if optimizer is not None and not optimizer.built:
-        with model.distribute_strategy.scope():
+        with strategy_scope(model):
             optimizer.build(model.trainable_variables)
     try:
         # From a `.keras` file this restores the optimizer's state too (its step
@@ -308,7 +317,11 @@ class NanGuard(keras.callbacks.TerminateOnNaN):
 class EventCallback(keras.callbacks.Callback):
     """Emits batch and epoch events, honours stop requests at batch boundaries."""
 
-    async_safe = True
+    # Not on JAX: there `self.model` writes the trainer's state back into the variables,
+    # and from the pool's thread that raced the next step, which donates those buffers
+    # (measured: "Buffer has been deleted or donated", then SIGSEGV). Synchronous, it
+    # costs a sync only on the steps that emit an event (one per batch_interval_s).
+    async_safe = keras.backend.backend() != "jax"
 
     def __init__(
         self,

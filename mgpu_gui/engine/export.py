@@ -3,7 +3,8 @@
 Why the care: an export is what users ship, so a broken one must never replace a
 good one. Each export is written under a temporary name in the target's folder,
 reloaded in a fresh Python process (no strategy, `CUDA_VISIBLE_DEVICES=""`, so
-nothing of the training process or its GPUs helps it load), its predictions on
+nothing of the training process or its GPUs helps it load; always on Keras'
+TensorFlow backend, so a JAX run's export is checked to load there), its predictions on
 a sample compared with the in-memory model's, and only then renamed over the
 target. A model built under `MirroredStrategy` saves as the plain single-device
 model: the files hold values, not distributed variables.
@@ -345,7 +346,7 @@ def _remove(path: Path) -> None:
 
 
 def _predict(call: Callable[[Any], Any], x: np.ndarray) -> list[np.ndarray]:
-    """Run `call` over `x` in chunks; outputs flattened (tf.nest order) and concatenated.
+    """Run `call` over `x` in chunks; outputs flattened (tree order) and concatenated.
 
     Used on both sides of the check so both see the same chunks. A direct call,
     not `model.predict`: predict would go through the model's strategy and its
@@ -354,8 +355,8 @@ def _predict(call: Callable[[Any], Any], x: np.ndarray) -> list[np.ndarray]:
 
     parts: list[list[np.ndarray]] = []
     for start in range(0, len(x), _BATCH):
-        outputs = call(tf.constant(x[start : start + _BATCH]))
-        parts.append([np.asarray(o) for o in tf.nest.flatten(outputs)])
+        outputs = call(x[start : start + _BATCH])  # numpy: either Keras backend takes it
+        parts.append([np.asarray(o) for o in keras.tree.flatten(outputs)])
     return [np.concatenate(chunk, axis=0) for chunk in zip(*parts, strict=True)]
 
 
@@ -372,7 +373,10 @@ def _run_verifier(fmt: str, path: Path, x: np.ndarray, safe_mode: bool,
         # Find this package even when it is not installed (a source checkout); the
         # export must load without the training GPUs.
         root = str(Path(__file__).resolve().parents[2])
-        env = {"CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": os.pathsep.join(
+        # And on the TensorFlow engine whatever trained it: a JAX run's export must load
+        # there too (the worker's KERAS_BACKEND=jax would otherwise be inherited).
+        env = {"CUDA_VISIBLE_DEVICES": "", "KERAS_BACKEND": "tensorflow",
+               "PYTHONPATH": os.pathsep.join(
             p for p in (root, os.environ.get("PYTHONPATH")) if p)}
         children = ChildProcesses("export-verifier-output")
         timer = threading.Timer(VERIFY_TIMEOUT_S, children.cancel)

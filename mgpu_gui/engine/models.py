@@ -102,7 +102,10 @@ def load_run_model(
         precision.set_global_policy(config.precision)
         precision.apply_policy(model, config.precision, input_shape=input_shape, log=log,
                                loaded=not built)
-        if config.sync_batchnorm:
+        if keras.backend.backend() == "jax":
+            log("BatchNorm statistics are over the global batch on the JAX engine (one "
+                "program over all devices): synchronised, as --sync-bn makes them.")
+        elif config.sync_batchnorm:
             model = sync_batchnorm(model, log)
         if info is not None and info.format == "h5" and not model.compiled:
             _compile_from_training_config(model, info, config, log)

@@ -1,10 +1,11 @@
-"""Turn a DevicePlan into a MirroredStrategy, in the worker process.
+"""Turn a DevicePlan into a MirroredStrategy (or, on JAX, its stand-in), in the worker.
 
-Order matters and is checked: `apply_device_env` before TensorFlow is imported
-(CUDA reads CUDA_VISIBLE_DEVICES once), then `make_strategy` before anything
-makes TensorFlow initialise its devices (logical CPU devices and GPU memory
-growth can only be configured before). TensorFlow is imported inside the
-functions only, so a worker can import this module before TensorFlow starts.
+Order matters and is checked: `apply_device_env` before TensorFlow, Keras or JAX
+is imported (CUDA reads CUDA_VISIBLE_DEVICES once, Keras KERAS_BACKEND, JAX its
+XLA_* variables), then `make_strategy` before anything makes TensorFlow
+initialise its devices (logical CPU devices and GPU memory growth can only be
+configured before). The frameworks are imported inside the functions only, so a
+worker can import this module before any of them starts.
 """
 
 from __future__ import annotations
@@ -17,36 +18,61 @@ from typing import Any
 
 from mgpu_gui.core.config import DeviceKind
 from mgpu_gui.core.devices.plan import DevicePlan
+from mgpu_gui.core.engines import Engine, engine_env
 from mgpu_gui.core.errors import DeviceError
 
 CUDA_EXTRA_HINT = "pip install 'mgpu-gui[cuda]'"
+_NAMES = {"tensorflow": "TensorFlow", "keras": "Keras", "jax": "JAX"}
+
+
+def _read_by(variable: str) -> tuple[str, ...]:
+    """The modules that read `variable` once, when they start."""
+    if variable == "KERAS_BACKEND":
+        return ("keras",)
+    if variable.startswith(("XLA_", "JAX_")):
+        return ("jax",)
+    return ("tensorflow", "jax")  # CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER
 
 
 def apply_device_env(
-    plan: DevicePlan, environ: MutableMapping[str, str] | None = None
+    plan: DevicePlan, environ: MutableMapping[str, str] | None = None,
+    engine: Engine = Engine.TENSORFLOW,
 ) -> None:
-    """Set the plan's environment (CUDA_VISIBLE_DEVICES, …) for TensorFlow.
+    """Set the plan's environment (CUDA_VISIBLE_DEVICES, …) and the engine's
+    (KERAS_BACKEND, JAX's XLA settings: core/engines.py).
 
-    Must run before `import tensorflow`: a change afterwards would be silently
-    ignored by CUDA, so it raises RuntimeError instead. Setting values that are
-    already there is always fine.
+    Must run before TensorFlow, Keras or JAX is imported: a change afterwards
+    would be silently ignored, so it raises RuntimeError instead. Setting values
+    that are already there is always fine.
     """
     env = os.environ if environ is None else environ
-    changes = {k: v for k, v in plan.env.items() if env.get(k) != v}
-    if changes and "tensorflow" in sys.modules:
+    cpu_replicas = plan.replicas if plan.kind is DeviceKind.CPU else None
+    wanted = {**plan.env, **engine_env(engine, cpu_replicas=cpu_replicas, environ=env)}
+    changes = {k: v for k, v in wanted.items() if env.get(k) != v}
+    keras = sys.modules.get("keras")
+    if keras is not None and keras.backend.backend() == changes.get("KERAS_BACKEND"):
+        del changes["KERAS_BACKEND"]  # a test host's Keras already runs on that backend
+    late = {_NAMES[m]: k for k in changes for m in _read_by(k) if m in sys.modules}
+    if late:
+        names = ", ".join(late)
         raise RuntimeError(
-            "TensorFlow is already imported, so it would ignore the device settings "
-            f"{changes}; call apply_device_env() before importing TensorFlow."
+            f"{names} is already imported, so it would ignore the device settings "
+            f"{changes}; call apply_device_env() before importing {names}."
         )
     env.update(changes)
 
 
-def make_strategy(plan: DevicePlan) -> tuple[Any, str]:
-    """A MirroredStrategy over the plan's devices, and its cross-device ops' name.
+def make_strategy(plan: DevicePlan, engine: Engine = Engine.TENSORFLOW) -> tuple[Any, str]:
+    """A MirroredStrategy over the plan's devices (on JAX: a DataParallel behind the
+    same interface, engine/jax_strategy.py), and how replicas reduce, in words.
 
     Raises DeviceError when TensorFlow cannot see the planned devices, and
     RuntimeError when TensorFlow initialised its devices before this call.
     """
+    if engine is Engine.JAX:
+        from mgpu_gui.engine.jax_strategy import make_jax_strategy
+
+        return make_jax_strategy(plan)
     import tensorflow as tf
 
     if plan.kind is DeviceKind.CPU:

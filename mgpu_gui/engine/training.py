@@ -224,7 +224,7 @@ def _run(config: RunConfig, run_dir: RunDir, plan: DevicePlan, strategy: tf.dist
     where.epochs_done = epochs_done
     if setup.test is not None:
         where.stage = Stage.EVALUATION
-        _evaluate(loop, model, setup, sink)
+        _evaluate(loop, model, setup, sink, replicas)
     where.stage = Stage.EXPORT
     if loop.chief:  # other workers of a cluster: nothing to export (it reads no collective)
         _export(config, run_dir, model, prepared, sink, where)
@@ -439,8 +439,9 @@ def _monitor(wanted: str, available: str) -> str:
     return wanted
 
 
-def _evaluate(loop: FitLoop, model: keras.Model, setup: TrainingSetup, sink: EventSink) -> None:
-    samples, replicas = setup.data.test_samples, model.distribute_strategy.num_replicas_in_sync
+def _evaluate(loop: FitLoop, model: keras.Model, setup: TrainingSetup, sink: EventSink,
+              replicas: int) -> None:
+    samples = setup.data.test_samples
     batch = batching.eval_batch(samples, setup.global_batch // replicas, replicas)
     results = loop.evaluate(model, setup.test)
     dropped = batching.dropped_per_epoch(samples, batch)

@@ -33,7 +33,7 @@ from mgpu_gui.core.config import FINE_TUNE_LR_DIVISOR, RunConfig
 from mgpu_gui.core.events import StageStarted
 from mgpu_gui.core.modelfiles.builtins import BACKBONE, no_backbone
 from mgpu_gui.engine import models, precision
-from mgpu_gui.engine.callbacks import restore_backup
+from mgpu_gui.engine.callbacks import restore_backup, strategy_scope
 
 PLAIN, FROZEN, FINE_TUNE = 0, 1, 2  # a run without stages; the two stages
 
@@ -129,6 +129,6 @@ class TransferLearning:
         settings = optimizer.get_config()
         if learning_rate is not None:
             settings["learning_rate"] = learning_rate
-        with model.distribute_strategy.scope():
+        with strategy_scope(model):
             models.recompile(model, type(optimizer).from_config(settings))
             precision.ensure_loss_scaling(model, self.config.precision, self.log)

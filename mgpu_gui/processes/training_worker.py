@@ -9,8 +9,10 @@ pipe `M` are commands ("stop"); end-of-file there means the supervisor is gone,
 and the worker then stops at the next batch boundary and exits. The device
 environment is applied before TensorFlow is imported; once it is loaded, the
 run's environment record (versions, file hashes: RUN_DIR/environment.json) is
-written. The run's lock (inherited as `L` from the supervisor, else taken here)
-is held until the process ends: it tells every app instance that this run is live.
+written. The engine's environment (KERAS_BACKEND, JAX's XLA settings) is set
+here too, before anything imports Keras. The run's lock (inherited as `L` from
+the supervisor, else taken here) is held until the process ends: it tells every
+app instance that this run is live.
 
 This entry is also the test hooks' selection point: fake GPUs
 (MGPU_GUI_FAKE_GPUS) train on as many CPU replicas, and an injected fault
@@ -35,7 +37,8 @@ from typing import Any, TextIO
 from mgpu_gui.core.config import DeviceKind
 from mgpu_gui.core.devices.nvml import FAKE_GPUS_VAR
 from mgpu_gui.core.devices.plan import DevicePlan
-from mgpu_gui.core.errors import ExportError, UserError
+from mgpu_gui.core.engines import CLUSTER_REFUSAL, Engine
+from mgpu_gui.core.errors import ConfigError, ExportError, UserError
 from mgpu_gui.core.events import (
     EpochEnd,
     Event,
@@ -262,16 +265,19 @@ def main(argv: list[str] | None = None) -> int:
     cluster = None
     try:
         plan = device_plan(run_dir)
+        engine = Engine(run_dir.read_config().engine)
         from mgpu_gui.engine.strategy import apply_device_env, make_strategy
 
-        apply_device_env(plan)  # before TensorFlow is imported
+        apply_device_env(plan, engine=engine)  # before TensorFlow, Keras or JAX is imported
         if run_dir.cluster_json.exists():  # one worker of a multi-machine run
+            if engine is not Engine.TENSORFLOW:
+                raise ConfigError([CLUSTER_REFUSAL])
             from mgpu_gui.engine.multiworker import make_cluster_strategy
 
             cluster = ClusterSpec.from_json(run_dir.cluster_json.read_text())
             strategy, cross_device_ops = make_cluster_strategy(plan, cluster)
         else:
-            strategy, cross_device_ops = make_strategy(plan)
+            strategy, cross_device_ops = make_strategy(plan, engine)
         record_run_environment(run_dir, channel)
         extra_callbacks = fault_callbacks(run_dir, channel)
     except Exception as error:

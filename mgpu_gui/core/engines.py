@@ -1,0 +1,78 @@
+"""Which Keras backend a run trains on, and the environment its worker needs for it.
+
+Plain Python (no Keras, no JAX): the supervisor validates the choice instantly, and
+the worker sets the environment before anything imports Keras, which reads
+KERAS_BACKEND once, at import. JAX reads its XLA_* variables once too, when its
+backend starts.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Mapping
+from enum import StrEnum
+
+JAX_EXTRA_HINT = "pip install 'mgpu-gui[jax]'"
+# Appended to XLA_FLAGS: JAX's CPU backend shows one device unless told to make N.
+HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"
+
+
+class Engine(StrEnum):
+    TENSORFLOW = "tensorflow"  # MirroredStrategy, tf.data (engine/strategy.py)
+    JAX = "jax"  # keras.distribution.DataParallel, tf.data feeding it (engine/jax_strategy.py)
+
+
+ENGINES = tuple(e.value for e in Engine)
+CLUSTER_REFUSAL = ("engine", "a run across several machines (mgpu-train worker) trains on the "
+                             "tensorflow engine only; JAX's multi-process training is not "
+                             "supported yet")
+
+
+def installed(engine: Engine) -> bool:
+    """Whether `engine`'s framework can be imported here (looked up, not imported)."""
+    return importlib.util.find_spec(engine.value) is not None
+
+
+def installed_engines() -> list[Engine]:
+    return [e for e in Engine if installed(e)]
+
+
+def engine_problems(engine: str, *, jit_compile: bool) -> list[tuple[str, str]]:
+    """What a run on `engine` cannot do here, as RunConfig.problems pairs."""
+    if engine not in ENGINES:
+        return [("engine", f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")]
+    if engine != Engine.JAX:
+        return []
+    found = []
+    if not installed(Engine.JAX):
+        found.append(("engine", f"JAX is not installed in this Python environment; install "
+                                f"it with {JAX_EXTRA_HINT} (NVIDIA GPUs: 'mgpu-gui[jax-cuda]'), "
+                                f"or train on the tensorflow engine"))
+    if jit_compile:
+        found.append(("jit_compile", "the JAX engine compiles every step with XLA already; "
+                                     "turn XLA (--xla) off"))
+    return found
+
+
+def engine_env(engine: Engine, *, cpu_replicas: int | None,
+               environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables a worker on `engine` sets before Keras starts.
+
+    `cpu_replicas`: the CPU devices a CPU run splits into (None: a GPU run, whose GPUs
+    the device plan's CUDA_VISIBLE_DEVICES chooses). `environ` is read for XLA_FLAGS,
+    which is extended rather than replaced.
+    """
+    env = {"KERAS_BACKEND": engine.value}
+    if engine is not Engine.JAX:
+        return env
+    # JAX otherwise takes 75 % of every GPU it sees at start: the GPU panel, claims of
+    # other runs and the batch finder would all see a full GPU.
+    env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+    if cpu_replicas is None:
+        env["JAX_PLATFORMS"] = "cuda"  # fail at start, not fall back to CPU silently
+        return env
+    env["JAX_PLATFORMS"] = "cpu"  # no search for a CUDA plugin on a CPU run
+    flags = [f for f in environ.get("XLA_FLAGS", "").split()
+             if not f.startswith(HOST_DEVICES_FLAG)]
+    env["XLA_FLAGS"] = " ".join([*flags, f"{HOST_DEVICES_FLAG}={cpu_replicas}"])
+    return env

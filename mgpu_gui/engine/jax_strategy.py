@@ -1,0 +1,84 @@
+"""The JAX engine's devices: `keras.distribution.DataParallel` behind the part of
+`tf.distribute.Strategy` the engine uses, so training.py runs unchanged on either.
+
+DataParallel shards each global batch over the devices' mesh and replicates
+the variables; JAX compiles one global program per step (XLA), so the gradient
+all-reduce is XLA's and BatchNorm's statistics are over the global batch, i.e.
+always synchronised. The distribution is set globally (Keras' `fit` reads it to
+shard batches), so `scope()` is a formality kept for the shared code.
+
+tf.data still feeds the model (Keras' JAX trainer turns its batches into numpy):
+TensorFlow is told to see no GPU first, or it would take GPU memory beside JAX.
+Call `make_jax_strategy` after `apply_device_env` (KERAS_BACKEND, XLA_FLAGS).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from mgpu_gui.core.config import DeviceKind
+from mgpu_gui.core.devices.plan import DevicePlan
+from mgpu_gui.core.engines import HOST_DEVICES_FLAG
+from mgpu_gui.core.errors import DeviceError
+
+
+@dataclass(frozen=True)
+class JaxStrategy:
+    """What training.py asks of a strategy, answered by a DataParallel distribution."""
+
+    distribution: Any  # keras.distribution.DataParallel
+    worker_devices: tuple[str, ...]  # Keras' names, e.g. "cpu:0", "cuda:1"
+
+    @property
+    def num_replicas_in_sync(self) -> int:
+        return len(self.worker_devices)
+
+    @property
+    def extended(self) -> JaxStrategy:  # tf.distribute keeps these on `strategy.extended`
+        return self
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[None]:
+        with self.distribution.scope():
+            yield
+
+    def variable_created_in_scope(self, value: Any) -> bool:
+        """Whether a variable's array is laid out on every device (replicated); one made
+        before the distribution was set lives on one device only."""
+        sharding = getattr(value, "sharding", None)
+        return sharding is not None and len(sharding.device_set) == self.num_replicas_in_sync
+
+
+def make_jax_strategy(plan: DevicePlan) -> tuple[JaxStrategy, str]:
+    """DataParallel over the plan's devices, set as Keras' distribution, and how the
+    replicas reduce, in words. DeviceError when JAX sees other devices than planned."""
+    import tensorflow as tf
+
+    tf.config.set_visible_devices([], "GPU")  # tf.data only: the GPUs are JAX's
+    import jax
+    import keras
+
+    platform = "cpu" if plan.kind is DeviceKind.CPU else "gpu"
+    try:
+        found = jax.devices(platform)
+    except RuntimeError as error:  # no such backend: a CPU-only jaxlib, a missing plugin
+        raise DeviceError(_no_devices(plan, f"{error}")) from error
+    if len(found) != plan.replicas:
+        raise DeviceError(_no_devices(plan, f"JAX sees {len(found)} {platform} device(s)"))
+    names = tuple(keras.distribution.list_devices(platform))
+    distribution = keras.distribution.DataParallel(devices=list(names))
+    keras.distribution.set_distribution(distribution)
+    return JaxStrategy(distribution, names), (
+        f"DataParallel over {', '.join(names)} (JAX {jax.__version__}, XLA all-reduce)")
+
+
+def _no_devices(plan: DevicePlan, seen: str) -> str:
+    if plan.kind is DeviceKind.CPU:
+        return (f"{seen}, but {plan.replicas} CPU replicas were planned: JAX's CPU backend "
+                f"started before {HOST_DEVICES_FLAG} was set. This is a bug in mgpu-gui.")
+    return (f"{seen}, but {plan.replicas} GPU(s) were planned ({', '.join(plan.names)}). "
+            "JAX needs its CUDA build for GPUs: pip install 'mgpu-gui[jax-cuda]'; or train "
+            "on CPU replicas (--cpu) or on the tensorflow engine.")
