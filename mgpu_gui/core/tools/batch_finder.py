@@ -30,6 +30,7 @@ from mgpu_gui.core.children.runner import ChildExit, ChildProcesses, command_log
 from mgpu_gui.core.config import DEMO, DeviceKind, DeviceSelection, RunConfig
 from mgpu_gui.core.devices.nvml import GpuInventory, query_inventory
 from mgpu_gui.core.devices.plan import DevicePlan, plan_devices
+from mgpu_gui.core.engines import tensorflow_only
 from mgpu_gui.core.errors import ConfigError, UserError
 from mgpu_gui.core.runs import preflight
 from mgpu_gui.core.tools.batch_search import (
@@ -85,7 +86,8 @@ def plan_search(request: BatchRequest, inventory: GpuInventory | None = None,
                 available: Callable[[], int | None] | None = None) -> SearchPlan:
     """The probe device, the largest batch and the cap; a UserError before any process."""
     config, settings = request.config, request.settings
-    found = config.problems() + settings.problems()
+    found = (config.problems() + settings.problems()
+             + tensorflow_only(config.engine, "batch-size finder"))
     if request.memory_cap is not None and request.memory_cap < 1:
         found.append(("memory_cap", f"must be more than 0 bytes, got {request.memory_cap}"))
     if found:

@@ -23,6 +23,7 @@ from mgpu_gui.core.children.runner import ChildExit, ChildProcesses, command_log
 from mgpu_gui.core.config import DEMO, DeviceKind, DeviceSelection, RunConfig
 from mgpu_gui.core.devices.nvml import GpuInventory, query_inventory
 from mgpu_gui.core.devices.plan import DevicePlan, plan_devices
+from mgpu_gui.core.engines import tensorflow_only
 from mgpu_gui.core.errors import ConfigError, UserError
 from mgpu_gui.core.runs import preflight
 from mgpu_gui.core.tools.scaling import (
@@ -122,7 +123,8 @@ class ScaleProgress:
 def plan_scaling(request: ScaleRequest, inventory: GpuInventory | None = None) -> ScalePlan:
     """Every count's devices and batch; a UserError (before any process) when impossible."""
     config = request.config
-    found = config.problems() + request.problems()
+    found = config.problems() + request.problems() + tensorflow_only(config.engine,
+                                                                     "scaling test")
     if found:
         raise ConfigError(found)
     inventory = inventory if inventory is not None else query_inventory()
