@@ -33,6 +33,7 @@ from mgpu_gui.gui.widgets.setting_names import setting_label
 from mgpu_gui.gui.widgets.sweep_parameter import ParameterRow
 
 MAX_MORE = 10_000  # more random draws at once (as the Sweep dialog's most)
+MIN_WIDTH = 520  # the values fields show a few values and their placeholder whole
 
 
 class SweepExtendDialog(QDialog):
@@ -55,7 +56,7 @@ class SweepExtendDialog(QDialog):
         self.rows: list[ParameterRow] = []
         for parameter in spec.parameters:
             row = ParameterRow(parameter.name)
-            row.setting.setEnabled(False)  # more of this setting's values, nothing else
+            row.setting.hide()  # more of this setting's values (the form names it)
             row.remove.hide()
             row.values.setAccessibleName(f"More values of {setting_label(parameter.name)}")
             row.values.setPlaceholderText(f"more values; it has {parameter.text}")
@@ -89,6 +90,7 @@ class SweepExtendDialog(QDialog):
         self.repeats_spin.valueChanged.connect(self.check)
         self.samples_spin.valueChanged.connect(self.check)
         self.check()
+        self.setMinimumWidth(MIN_WIDTH)
 
     def more(self) -> tuple[Parameter, ...]:
         return tuple(row.parameter for row in self.rows if row.parameter is not None)
