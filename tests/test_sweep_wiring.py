@@ -7,7 +7,6 @@ trials and Extend… queues new ones. Runs are stored by hand (tests/test_sweep_
 from __future__ import annotations
 
 import pytest
-from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QMessageBox
 
 from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig
