@@ -35,10 +35,9 @@ from mgpu_gui.gui.widgets.tables import read_only_table
 
 REFRESH_MS = 5_000  # while visible, as the Runs tab: trials start and end elsewhere
 COLUMNS = ("Sweep", "Name", "Created", "State", "Ended", "Best")
-EMPTY = ("No sweeps yet. A sweep queues many runs of the current setup over values of "
-         "one or more settings (learning rate, batch per GPU, optimizer, …), as a grid or a "
-         "random search, and compares them. Start one with Run ▸ Sweep…; its trials run "
-         "when their GPUs are free, also with this window closed.")
+EMPTY = ("No sweeps yet. A sweep trains the current setup over several values of some "
+         "settings (grid or random search) and compares the runs; its trials are queued. "
+         "To start one: Run ▸ Sweep…")
 
 
 class SweepsPanel(QWidget):
