@@ -18,19 +18,20 @@ the run folder) off the GUI thread, and the window hears back `started` or
 The Queue tab (queue_panel.py) queues runs for a queue runner process and
 feeds the GPU panel the devices live runs hold; Train on a held GPU offers the
 queue. The tool dialogs (About, Check my setup, scaling test, batch finder,
-Train across machines) live in tool_dialogs.py. The window follows the system's
-light or dark scheme (`theme.follow_system_scheme`).
+Train across machines) live in tool_dialogs.py, the sweeps (Run ▸ Sweep…, the
+Sweeps tab and each sweep's view) in sweep_actions.py, the actions, menus and
+toolbar in window_actions.py. The window follows the system's light or dark scheme
+(`theme.follow_system_scheme`).
 """
 
 from __future__ import annotations
 
 from PySide6.QtCore import QByteArray, QEvent, QObject, QSettings, QSize, Qt
-from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import (
     QMainWindow,
     QMessageBox,
     QSplitter,
-    QToolBar,
     QVBoxLayout,
     QWidget,
 )
@@ -60,6 +61,7 @@ from mgpu_gui.gui.panels.run_setup import RunSetupPanel
 from mgpu_gui.gui.panels.runs import RunsPanel
 from mgpu_gui.gui.run_history import RunHistory
 from mgpu_gui.gui.run_notices import outcome_notice
+from mgpu_gui.gui.sweep_actions import SweepActions
 from mgpu_gui.gui.theme import follow_system_scheme, refresh_style_sheets
 from mgpu_gui.gui.tool_dialogs import ToolDialogs
 from mgpu_gui.gui.widgets.error_banner import ErrorBanner
@@ -67,6 +69,7 @@ from mgpu_gui.gui.widgets.form_scroll import FormScrollArea
 from mgpu_gui.gui.widgets.notifier import Notifier
 from mgpu_gui.gui.widgets.resume_offer import ResumeOffer, StoreReconciler
 from mgpu_gui.gui.widgets.screen_fit import fit_to_screen, room_on_screen
+from mgpu_gui.gui.window_actions import WindowActions
 
 # Everything stays usable down to MIN_SIZE; both sizes shrink to fit a smaller screen
 # (1280x720 at 125 % scaling is 1024x576 in Qt's units).
@@ -74,7 +77,8 @@ MIN_SIZE, DEFAULT_SIZE = QSize(1024, 700), QSize(1280, 820)
 SETUP_WIDTH = 400  # the run setup's first width; the splitter gives it more on request
 
 
-class MainWindow(ToolDialogs, RunHistory, ExportActions, QMainWindow):
+class MainWindow(WindowActions, ToolDialogs, SweepActions, RunHistory, ExportActions,
+                 QMainWindow):
     def __init__(self, *, telemetry: TelemetrySource | None = None,
                  controller: RunController | None = None):
         super().__init__()
@@ -100,6 +104,7 @@ class MainWindow(ToolDialogs, RunHistory, ExportActions, QMainWindow):
         self.log.addTab(self.runs_panel, "Runs")
         self.queue_panel = QueuePanel(self.store, self.telemetry.inventory)
         self.log.addTab(self.queue_panel, "Queue")
+        self._build_sweeps()  # the Sweeps tab, beside Queue
         self.cluster_panel = ClusterPanel()  # a tab once a multi-worker run reports
         # Live curves of a run another process supervises (a queued job, a terminal).
         self.follower = RunFollower(self.store, self) if self.store is not None else None
@@ -122,82 +127,6 @@ class MainWindow(ToolDialogs, RunHistory, ExportActions, QMainWindow):
             self.reconciler.start()
 
     # -- construction --------------------------------------------------------
-    def _build_actions(self) -> None:
-        def action(text, shortcut, slot, tip):
-            act = QAction(text, self)
-            act.setShortcut(QKeySequence(shortcut))
-            act.setToolTip(f"{tip} ({QKeySequence(shortcut).toString()})")
-            act.setStatusTip(tip)
-            act.triggered.connect(slot)
-            return act
-
-        self.open_action = action("&Open model…", QKeySequence.StandardKey.Open,
-                                  self.run_setup.model_browse.click, "Choose a model file")
-        self.train_action = action("&Train", "Ctrl+Return", self.start_training,
-                                   "Start training with these settings")
-        self.queue_action = action("Add to &queue", "Ctrl+Shift+Return", self.add_to_queue,
-                                   "Queue these settings: the run starts when its devices are "
-                                   "free, even with this window closed")
-        self.stop_action = action("&Stop", "Ctrl+.", self.stop_training,
-                                  "Stop at the next batch; the run stays resumable")
-        self.export_action = action("&Export model…", "Ctrl+E", self.export_model,
-                                    "Save the trained single-device model")
-        self.quit_action = action("&Quit", QKeySequence.StandardKey.Quit, self.close, "Quit")
-        self.scaling_action = action(
-            "Scaling &test…", "Ctrl+Shift+T", self.show_scaling_test,
-            "Time this model on 1, 2, … of the chosen devices: samples/s, speed-up, efficiency")
-        self.cluster_action = action(
-            "Train across &machines…", "Ctrl+Shift+M", self.train_across_machines,
-            "Start this machine as the chief of a multi-worker run; shows the command for "
-            "the other machines")
-        self.batch_action = action(
-            "Find &batch size…", "Ctrl+Shift+B", self.show_batch_finder,
-            "Try growing batches per GPU in short-lived processes: the largest that fits")
-        self.evaluate_action = action(
-            "&Evaluate the model file…", "Ctrl+Shift+E", self.evaluate_model_file,
-            "The trained model chosen in Model on the data chosen in Data: per-class figures "
-            "and the confusion matrix")
-        self.doctor_action = QAction("&Check my setup…", self)
-        self.doctor_action.setStatusTip("Compare what the NVIDIA driver, CUDA, TensorFlow and "
-                                        "NCCL say, and what to fix when they disagree")
-        self.doctor_action.triggered.connect(self.check_setup)
-        self.about_action = QAction("&About mgpu-gui", self)
-        self.about_action.setMenuRole(QAction.MenuRole.AboutRole)
-        self.about_action.triggered.connect(self.show_about)
-
-        bar = self.menuBar()
-        bar.setAccessibleName("Main menu")
-        file_menu = bar.addMenu("&File")
-        for act in (self.open_action, self.export_action):
-            file_menu.addAction(act)
-        file_menu.addSeparator()
-        file_menu.addAction(self.quit_action)
-        run_menu = bar.addMenu("&Run")
-        run_menu.addAction(self.train_action)
-        run_menu.addAction(self.queue_action)
-        run_menu.addAction(self.stop_action)
-        run_menu.addAction(self.cluster_action)
-        run_menu.addAction(self.make_sweep_action())
-        run_menu.addSeparator()
-        run_menu.addAction(self.scaling_action)
-        run_menu.addAction(self.batch_action)
-        run_menu.addAction(self.evaluate_action)
-        run_menu.addAction(self.make_evaluate_finished_action())
-        run_menu.addAction(self.desktop_alerts.action)
-        help_menu = bar.addMenu("&Help")
-        help_menu.addAction(self.doctor_action)
-        help_menu.addAction(self.about_action)
-
-        toolbar = QToolBar("Run", self)
-        toolbar.setObjectName("runToolbar")
-        toolbar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
-        toolbar.addAction(self.train_action)
-        toolbar.addAction(self.queue_action)
-        toolbar.addAction(self.stop_action)
-        toolbar.addSeparator()
-        toolbar.addAction(self.export_action)
-        self.addToolBar(Qt.ToolBarArea.TopToolBarArea, toolbar)
-
     def _build_layout(self) -> None:
         setup_scroll = FormScrollArea(self.run_setup)
         self.run_setup.train_button.setDefaultAction(self.train_action)
@@ -490,6 +419,7 @@ class MainWindow(ToolDialogs, RunHistory, ExportActions, QMainWindow):
         self.exporter.cancel()
         self.runs_panel.shutdown()
         self.queue_panel.shutdown()
+        self.shutdown_sweeps()
         self.close_dialogs()
         self._close_store()
         event.accept()

@@ -1,5 +1,6 @@
 """The main window's tool dialogs: About, Check my setup, the scaling test, the batch
-finder, Train across machines, the evaluation of a model file and the Sweep dialog.
+finder, Train across machines, the evaluation of a model file and the Sweep dialog
+(which sweep_actions.py makes and answers).
 
 A mixin of `MainWindow`, kept apart so the window module holds the panels and the
 run; it uses the window's `telemetry`, `run_setup`, `gpu_panel`, `controller`,
@@ -131,24 +132,6 @@ class ToolDialogs:
             return EvaluationDialog(Subject.of_files(config), None, self)
 
         return self._show_dialog("evaluation_dialog", make, fresh=True)
-
-    def make_sweep_action(self) -> QAction:
-        """The Run menu's "Sweep…" (made here: the window module is at its size limit)."""
-        act = QAction("S&weep…", self)
-        act.setStatusTip("Queue many runs of these settings over values of one or more of "
-                         "them (grid or random search), and compare them")
-        act.triggered.connect(self.show_sweep_dialog)
-        self.sweep_action = act
-        return act
-
-    def show_sweep_dialog(self) -> SweepDialog:
-        """The Sweep dialog over the current settings; its `start_requested(spec, name)`
-        is for the store's sweeps to queue."""
-        from mgpu_gui.gui.dialogs.sweep import SweepDialog
-
-        compiled = self.run_setup.compile_source.facts is not None
-        return self._show_dialog("sweep_dialog", lambda: SweepDialog(
-            self._current_config(), compiled_model=compiled, parent=self), fresh=True)
 
     def make_evaluate_finished_action(self) -> QAction:
         """The Run menu's switch: a completed run opens in the Evaluation view (remembered)."""

@@ -10,7 +10,8 @@ last similar run (core/sweeps/estimate.py); the past runs come from a callable t
 window passes, called once in a background thread (a store query grows with the
 history), so it must open its own store connection.
 
-Start emits `start_requested(spec, name)`; queueing the trials is the caller's.
+Start emits `start_requested(spec, name)` and waits: queueing the trials is the
+caller's, which closes the dialog (`started`) or says why the store refused (`refuse`).
 """
 
 from __future__ import annotations
@@ -98,6 +99,7 @@ class SweepDialog(QDialog):
         self.past: list[PastRun] | None = None if past_runs is not None else []
         self._past_note = ""
         self.rows: list[ParameterRow] = []
+        self.starting = False  # Start was clicked; the caller has not answered yet
 
         about = QLabel(
             f"Each trial is a run of the current setup ({source_name(base.model)} on "
@@ -314,7 +316,7 @@ class SweepDialog(QDialog):
                             f"{'their rows' if len(on_rows) > 1 else 'its row'}).")
         self.problems_label.setText("<br>".join(lines))
         self.problems_label.setVisible(bool(problems))
-        self.start_button.setEnabled(self.spec is not None)
+        self.start_button.setEnabled(self.spec is not None and not self.starting)
         self._show_total(trials)
 
     def _show_total(self, trials: Sequence) -> None:
@@ -337,10 +339,25 @@ class SweepDialog(QDialog):
     # -- ending ----------------------------------------------------------------------------
 
     def accept(self) -> None:
+        """Ask to start; the dialog stays open until the caller says `started` (it closes)
+        or `refuse` (it says why, and Start is enabled again)."""
         self.check()  # what Start acts on is what the widgets say now
         if self.spec is None:
             return
+        self.starting = True
+        self.start_button.setEnabled(False)
+        self.start_button.setText("Starting…")
         self.start_requested.emit(self.spec, self.sweep_name())
+
+    def refuse(self, message: str) -> None:
+        """The store refused the sweep (nothing was queued): say why, under the settings."""
+        self.starting = False
+        self.start_button.setText("&Start sweep")
+        self.check()
+        self.problems_label.setText(html.escape(message).replace("\n", "<br>"))
+        self.problems_label.setVisible(True)
+
+    def started(self) -> None:
         super().accept()
 
     def done(self, result: int) -> None:  # Escape, and every other way a dialog ends

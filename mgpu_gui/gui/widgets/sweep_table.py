@@ -54,6 +54,8 @@ class SweepTableModel(ComparisonModel):
 def sweep_table_view(model: SweepTableModel) -> QTableView:
     view = comparison_view(model)
     view.setAccessibleName("Sweep trials")
+    # A few narrow numeric columns: a stretched last one set "epoch of best" far apart.
+    view.horizontalHeader().setStretchLastSection(False)
     return view
 
 
