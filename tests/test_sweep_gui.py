@@ -161,8 +161,8 @@ def test_the_view_shows_each_trial_and_marks_the_best(qtbot, view):
     best = results.best.trial.index
     assert bold_rows(view) == [best]
     columns = [proxy.headerData(c, Qt.Orientation.Horizontal) for c in range(proxy.columnCount())]
-    assert columns == ["#", "Learning rate", "Batch per GPU", "status", "best val_loss",
-                       "epoch of best"]
+    assert columns == ["#", "Learning rate", "Batch per GPU", "Status", "Best val_loss",
+                       "Epoch of best"]
     assert proxy.index(2, 3).data() == "failed"
     assert proxy.index(2, 3).data(Qt.ItemDataRole.ToolTipRole) == "out of memory"
     assert float(proxy.index(best, 4).data()) == pytest.approx(results.best.best.best, rel=1e-3)
@@ -208,7 +208,7 @@ def test_repeats_group_as_mean_and_spread(view):
     view.show_sweep(spec, shown)
     results = sweep_results(shown)
     proxy = view.table.model()
-    assert proxy.rowCount() == 16 and "seed" in [
+    assert proxy.rowCount() == 16 and "Seed" in [
         proxy.headerData(c, Qt.Orientation.Horizontal) for c in range(proxy.columnCount())]
     view.group_check.setChecked(True)
     assert proxy.rowCount() == len(results.groups) == 8

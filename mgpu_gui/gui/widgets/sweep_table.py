@@ -81,11 +81,11 @@ def _trial_rows(results: SweepResults) -> tuple[list[Column], list[str], list[tu
     columns = [Column(ColumnKind.RUN, "trial", "#"), *settings]
     tips = ["The trial's number, in the order trials are queued", *setting_tips]
     if repeats:
-        columns.append(Column(ColumnKind.SETTING, "seed", "seed"))
+        columns.append(Column(ColumnKind.SETTING, "seed", "Seed"))
         tips.append("The trial's seed: repeats of a setting differ by it")
-    columns += [Column(ColumnKind.SETTING, "status", "status"),
-                Column(ColumnKind.BEST, metric, f"best {metric}"),
-                Column(ColumnKind.BEST, "epoch", "epoch of best")]
+    columns += [Column(ColumnKind.SETTING, "status", "Status"),
+                Column(ColumnKind.BEST, metric, f"Best {metric}"),
+                Column(ColumnKind.BEST, "epoch", "Epoch of best")]
     tips += ["Where the trial is; a failed or stopped trial's tooltip says why",
              f"The trial's best {metric} ({results.direction.value} is best); bold: the "
              "sweep's best finished trial",
