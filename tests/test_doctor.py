@@ -67,6 +67,8 @@ SITUATIONS = {
     "nccl_missing_two_gpus": (1, {("error", "nccl")},
                               ("nccl", ["libnccl.so.2", "nvidia-nccl-cu12", CUDA_EXTRA])),
     "driver_not_loaded": (1, {("error", "driver")}, ("driver", ["not running", "nvidia-smi"])),
+    "jax_cpu_only_on_gpus": (0, {("warning", "jax")},
+                             ("jax", ["CPU-only build", "pip install 'mgpu-gui[jax-cuda]'"])),
 }
 
 
@@ -89,8 +91,10 @@ def test_situation(name):
 
 def test_all_fine_says_everything_is_in_place():
     findings = diagnose(load("all_fine_two_gpus"))
-    assert [f.topic for f in findings] == ["driver", "tensorflow", "cuda", "gpus", "nccl"]
+    assert [f.topic for f in findings] == ["driver", "tensorflow", "cuda", "gpus", "nccl",
+                                           "jax"]
     assert "sees all 2 GPUs" in text_of(findings, "gpus")
+    assert "gpu:0 (NVIDIA H100 80GB HBM3), gpu:1" in text_of(findings, "jax")
     assert "No problems found." in report(load("all_fine_two_gpus"), findings)
 
 
@@ -246,6 +250,11 @@ def test_tensorflow_is_asked_in_a_child_on_this_machine():
     assert (facts.cuda_build_version is not None) == facts.built_with_cuda
     assert facts.cuda_visible_devices == ""  # conftest hides GPUs from every test
     assert facts.gpus == ()
+    # JAX, asked by the same child: the dev extra installs its CPU build.
+    assert facts.jax is not None and facts.jax.installed, facts.jax
+    assert facts.jax.error is None and facts.jax.backend == "cpu"
+    assert facts.jax.jax_version == importlib.metadata.version("jax")
+    assert [d.platform for d in facts.jax.devices] == ["cpu"]
 
 
 def test_cli_doctor_json_and_exit_code(monkeypatch, capsys, nvml):

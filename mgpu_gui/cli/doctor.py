@@ -1,4 +1,4 @@
-"""`mgpu-train doctor`: check the setup as NVML and TensorFlow (in a child) see it."""
+"""`mgpu-train doctor`: check the setup as NVML, and TensorFlow and JAX (in a child), see it."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from mgpu_gui.core.tools.doctor_report import findings_to_plain, report
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "doctor", help="check the setup: driver and CUDA as TensorFlow sees them, the GPUs "
-        "TensorFlow sees vs NVML, NCCL; says what to fix (exit 1 on an error)")
+        "TensorFlow sees vs NVML, NCCL, JAX's version and devices; says what to fix (exit 1 "
+        "on an error)")
     p.add_argument("--json", action="store_true", help="print the facts and findings as JSON")
     p.set_defaults(func=run)
 
@@ -25,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     from mgpu_gui.core.tools.tf_facts import LOG_NAME, ask_tensorflow  # TF runs in a child
 
     if not args.json:
-        print("Asking NVIDIA's driver and TensorFlow (TensorFlow starts in a child process, "
+        print("Asking NVIDIA's driver, TensorFlow and JAX (they start in a child process, "
               "a few seconds)…", file=sys.stderr)
     tf = ask_tensorflow(on_output=child_output(args))
     facts = Facts(NvmlFacts.from_inventory(nvml.query_inventory()), tf)

@@ -12,7 +12,13 @@ import importlib.util
 from collections.abc import Mapping
 from enum import StrEnum
 
-JAX_EXTRA_HINT = "pip install 'mgpu-gui[jax]'"
+JAX_EXTRA = "mgpu-gui[jax]"
+JAX_CUDA_EXTRA = "mgpu-gui[jax-cuda]"  # JAX's NVIDIA build
+JAX_EXTRA_HINT = f"pip install '{JAX_EXTRA}'"
+JAX_CUDA_EXTRA_HINT = f"pip install '{JAX_CUDA_EXTRA}'"
+# JAX otherwise takes 75 % of every GPU it sees at start: the GPU panel, claims of other
+# runs and the batch finder would all see a full GPU. Every JAX child sets it.
+NO_PREALLOCATION = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
 # Appended to XLA_FLAGS: JAX's CPU backend shows one device unless told to make N.
 HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"
 
@@ -46,7 +52,7 @@ def engine_problems(engine: str, *, jit_compile: bool) -> list[tuple[str, str]]:
     found = []
     if not installed(Engine.JAX):
         found.append(("engine", f"JAX is not installed in this Python environment; install "
-                                f"it with {JAX_EXTRA_HINT} (NVIDIA GPUs: 'mgpu-gui[jax-cuda]'), "
+                                f"it with {JAX_EXTRA_HINT} (NVIDIA GPUs: {JAX_CUDA_EXTRA_HINT}), "
                                 f"or train on the tensorflow engine"))
     if jit_compile:
         found.append(("jit_compile", "the JAX engine compiles every step with XLA already; "
@@ -65,9 +71,7 @@ def engine_env(engine: Engine, *, cpu_replicas: int | None,
     env = {"KERAS_BACKEND": engine.value}
     if engine is not Engine.JAX:
         return env
-    # JAX otherwise takes 75 % of every GPU it sees at start: the GPU panel, claims of
-    # other runs and the batch finder would all see a full GPU.
-    env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+    env.update(NO_PREALLOCATION)
     if cpu_replicas is None:
         env["JAX_PLATFORMS"] = "cuda"  # fail at start, not fall back to CPU silently
         return env

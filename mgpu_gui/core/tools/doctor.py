@@ -1,11 +1,12 @@
-"""The doctor ("Check my setup"): what the driver, CUDA, TensorFlow and NCCL say, and
-what to fix when they disagree.
+"""The doctor ("Check my setup"): what the driver, CUDA, TensorFlow, NCCL and JAX say,
+and what to fix when they disagree.
 
 Gathering the facts is the callers' business: NVML is asked in the calling
-process (`core.devices`, no TensorFlow), TensorFlow in a child process
-(`core.tools.tf_facts`). Everything here is a pure function of those facts, so each
-situation (no driver, CPU-only TensorFlow on a GPU machine, MIG, an old
-driver, NCCL missing, ...) is tested with facts recorded as JSON.
+process (`core.devices`, no TensorFlow), TensorFlow and JAX in a child process
+(`core.tools.tf_facts`; `doctor_jax` reads JAX's). Everything here is a pure
+function of those facts, so each situation (no driver, CPU-only TensorFlow on a
+GPU machine, MIG, an old driver, NCCL missing, ...) is tested with facts recorded
+as JSON.
 
 `diagnose(facts)` returns findings, each ok / warning / error with a message
 and, where something can be done, the fix. `mgpu-train doctor` prints them
@@ -19,31 +20,18 @@ import dataclasses
 import json
 import re
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
 from mgpu_gui.core.devices.nvml import GpuInventory, NvmlState
 from mgpu_gui.core.plain import to_plain
+from mgpu_gui.core.tools.doctor_jax import JaxFacts, jax_findings
+from mgpu_gui.core.tools.findings import Finding, Severity
 
 CUDA_EXTRA = "pip install 'mgpu-gui[cuda]'"
 TESTED_TENSORFLOW = "2.21"
 # The oldest Linux driver of each CUDA major version (NVIDIA's minor-version compatibility).
 MIN_DRIVER = {11: "450.80.02", 12: "525.60.13"}
 NO_GPU_PLATFORMS = {"win32": "native Windows", "darwin": "macOS"}
-
-
-class Severity(StrEnum):
-    OK = "ok"
-    WARNING = "warning"
-    ERROR = "error"
-
-
-@dataclass(frozen=True)
-class Finding:
-    severity: Severity
-    topic: str  # "driver", "tensorflow", "gpus", "cuda", "nccl"
-    message: str
-    fix: str = ""  # what to do; empty when nothing needs doing
 
 
 # -- facts ---------------------------------------------------------------------
@@ -116,6 +104,8 @@ class TfFacts:
     platform: str = "linux"
     python: str | None = None
     messages: tuple[str, ...] = ()  # TensorFlow's own log lines about CUDA and GPUs
+    # What JAX says, asked by the same child (doctor_jax); None: not asked.
+    jax: JaxFacts | None = None
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TfFacts:
@@ -126,6 +116,7 @@ class TfFacts:
         for name in ("cuda_compute_capabilities", "messages"):
             known[name] = tuple(data.get(name) or ())
         known["cuda_packages"] = dict(data.get("cuda_packages") or {})
+        known["jax"] = JaxFacts.from_dict(data["jax"]) if data.get("jax") else None
         return cls(**known)
 
 
@@ -159,19 +150,21 @@ def _pair(value: Any) -> tuple[int, int] | None:
 
 
 def diagnose(facts: Facts) -> list[Finding]:
-    """What the facts mean, most basic first: driver, TensorFlow, GPUs, CUDA, NCCL."""
+    """What the facts mean, most basic first: driver, TensorFlow, GPUs, CUDA, NCCL, then
+    JAX (optional: the second engine)."""
     nvml, tf = facts.nvml, facts.tf
     findings = _driver(nvml)
+    jax = jax_findings(tf.jax, len(nvml.gpus) if nvml.state is NvmlState.OK else 0)
     if tf.error:
         findings.append(Finding(
             Severity.ERROR, "tensorflow", f"TensorFlow could not be asked: {tf.error}.",
             "Reinstall the app's dependencies (pip install -e . in its folder, or pip install "
             "mgpu-gui), then check again."))
-        return findings
+        return findings + jax
     findings += _tensorflow(tf)
     findings += _gpus(nvml, tf)
     findings += _nccl(nvml, tf)
-    return findings
+    return findings + jax
 
 
 def exit_code(findings: list[Finding]) -> int:

@@ -9,6 +9,7 @@ from typing import Any
 from mgpu_gui.core.devices.nvml import NvmlState
 from mgpu_gui.core.plain import to_plain
 from mgpu_gui.core.tools.doctor import Facts, Finding, NvmlFacts, Severity, TfFacts
+from mgpu_gui.core.tools.doctor_jax import jax_fact_lines, jax_version_text
 
 TF_ROWS = ("TensorFlow", "Keras", "CUDA", "cuDNN", "GPUs TensorFlow sees", "NCCL")
 SYMBOLS = {Severity.OK: "✓", Severity.WARNING: "⚠", Severity.ERROR: "✗"}
@@ -27,7 +28,8 @@ def version_rows(nvml: NvmlFacts | None, tf: TfFacts | None) -> list[tuple[str, 
     if tf is None or tf.error:
         first = "asking TensorFlow…" if tf is None else f"could not be asked: {tf.error}"
         rest = "asking TensorFlow…" if tf is None else "unknown"
-        return rows + [("TensorFlow", first)] + [(label, rest) for label in TF_ROWS[1:]]
+        return (rows + [("TensorFlow", first)] + [(label, rest) for label in TF_ROWS[1:]]
+                + [("JAX", "asking…" if tf is None else jax_version_text(tf.jax))])
     cuda_build = "not built with CUDA" if not tf.built_with_cuda else None
     rows += [
         ("TensorFlow", tf.tensorflow_version or "?"),
@@ -37,6 +39,7 @@ def version_rows(nvml: NvmlFacts | None, tf: TfFacts | None) -> list[tuple[str, 
         ("GPUs TensorFlow sees", ", ".join(g.device_name or g.name for g in tf.gpus)
          or "none"),
         ("NCCL", _nccl_text(tf)),
+        ("JAX", jax_version_text(tf.jax)),
     ]
     return rows
 
@@ -70,7 +73,7 @@ def format_facts(facts: Facts, *, verbose: bool = False) -> str:
     lines.append("TensorFlow (asked in a child process)")
     if tf.error:
         lines.append(f"  could not be asked: {tf.error}")
-        return "\n".join(lines)
+        return "\n".join(lines + jax_fact_lines(tf.jax))
     build = (f"CUDA {tf.cuda_build_version or '?'}, cuDNN {tf.cudnn_build_version or '?'}, "
              f"architectures {' '.join(tf.cuda_compute_capabilities) or '?'}"
              if tf.built_with_cuda else "not built with CUDA")
@@ -92,7 +95,7 @@ def format_facts(facts: Facts, *, verbose: bool = False) -> str:
     if tf.messages and (verbose or nvml.state in (NvmlState.OK, NvmlState.DRIVER_ERROR)):
         lines.append("  TensorFlow said:")
         lines += [f"    {message}" for message in tf.messages]
-    return "\n".join(lines)
+    return "\n".join(lines + jax_fact_lines(tf.jax))
 
 
 def format_findings(findings: list[Finding]) -> str:

@@ -39,6 +39,8 @@ ROW_TIPS = {
     "GPUs TensorFlow sees": "tf.config.list_physical_devices('GPU') in a fresh process with "
                             "this app's environment.",
     "NCCL": "The library MirroredStrategy uses to sum gradients across GPUs.",
+    "JAX": "The optional second engine (--engine jax) and the devices it sees, asked in the "
+           "same process as TensorFlow.",
 }
 
 
@@ -82,8 +84,8 @@ class AboutDialog(QDialog):
         self.copy_button = QPushButton("Copy")
         self.copy_button.setToolTip("Copy these versions to the clipboard (for a bug report)")
         self.check_button = QPushButton("Check my setup…")
-        self.check_button.setToolTip("Compare what the driver, CUDA, TensorFlow and NCCL say, "
-                                     "and what to fix when they disagree")
+        self.check_button.setToolTip("Compare what the driver, CUDA, TensorFlow, NCCL and JAX "
+                                     "say, and what to fix when they disagree")
         buttons.addButton(self.copy_button, QDialogButtonBox.ButtonRole.ActionRole)
         buttons.addButton(self.check_button, QDialogButtonBox.ButtonRole.ActionRole)
         buttons.rejected.connect(self.reject)

@@ -130,7 +130,7 @@ class DoctorDialog(QDialog):
             if self.nvml is None:
                 parts.append("listing the GPUs (NVML)")
             if self.tf is None:
-                parts.append("asking TensorFlow in a child process (a few seconds)")
+                parts.append("asking TensorFlow and JAX in a child process (a few seconds)")
             self.status.setText("Checking your setup: " + " and ".join(parts) + "…")
             self.findings = []
             self.findings_view.setHtml("")

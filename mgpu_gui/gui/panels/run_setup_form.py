@@ -17,7 +17,7 @@ import shlex
 from collections.abc import Iterator
 
 from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QWidget
+from PySide6.QtWidgets import QCheckBox, QWidget
 
 from mgpu_gui.core.augment import AugmentSpecError
 from mgpu_gui.core.config import (
@@ -29,9 +29,11 @@ from mgpu_gui.core.config import (
     RunConfig,
 )
 from mgpu_gui.core.datasets.inspection import DataInfo
+from mgpu_gui.core.engines import Engine
 from mgpu_gui.core.modelfiles.builtins import ARCHITECTURES, IMAGENET, NO_WEIGHTS, architecture
 from mgpu_gui.core.runs.finish_hook import parse_command
 from mgpu_gui.gui.panels.run_setup_layout import RunSetupLayout
+from mgpu_gui.gui.widgets.engine_choice import SYNC_BN_ON_JAX, XLA_ON_JAX
 from mgpu_gui.gui.widgets.field_cells import ERROR_COLOR
 from mgpu_gui.gui.widgets.setting_names import FIELD_NAMES
 
@@ -48,6 +50,8 @@ class RunSetupForm(RunSetupLayout):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._loading = False
+        # The boxes the JAX engine decides (XLA, sync BN) -> the user's (checked, tooltip).
+        self._held: dict[QCheckBox, tuple[bool, str]] = {}
         self.set_config(RunConfig())  # signals are connected below: no `edited` yet
         self._update_data_widgets()
         self._connect()
@@ -58,6 +62,7 @@ class RunSetupForm(RunSetupLayout):
         data = DEMO if kind == "demo" else (self.data_edit.text().strip() or DEMO)
         model = self.model_edit.text().strip() or DEMO
         arch = architecture(model)
+        engine = self.engine_combo.engine()
         return RunConfig(
             model=model,
             # An architecture without ImageNet weights trains from scratch: its default.
@@ -77,10 +82,12 @@ class RunSetupForm(RunSetupLayout):
             lr_scaling=LRScalingConfig(enabled=self.scale_lr.isChecked(),
                                        warmup_epochs=self.warmup_spin.value()),
             precision=self.precision_combo.currentData(),
-            jit_compile=self.xla_check.isChecked(),
+            # JAX compiles with XLA anyway, and takes no jit_compile flag.
+            jit_compile=engine is not Engine.JAX and self.xla_check.isChecked(),
             cache=self.cache_combo.currentData(),
             image_size=(self.height_spin.value(), self.width_spin.value()),
-            sync_batchnorm=self.sync_bn.isChecked(),
+            # The user's own choice, kept for TensorFlow (JAX synchronizes BatchNorm anyway).
+            sync_batchnorm=self._own_choice(self.sync_bn),
             # Kept for a model with a backbone, but only such a model is fine-tuned.
             freeze_epochs=self.freeze_spin.value() if self._has_backbone() else 0,
             unfreeze=self.unfreeze_combo.currentText().strip() or ALL_LAYERS,
@@ -89,11 +96,13 @@ class RunSetupForm(RunSetupLayout):
             augment=self.augment_picker.spec() if kind == "images" else "",
             output_dir=self.output_edit.text().strip() or "~/mgpu-runs",
             on_finish=self._on_finish()[0],
+            engine=engine.value,
         )
 
     def set_config(self, config: RunConfig) -> None:
         """Show `config` in the widgets (the fields this panel has)."""
         with self._quiet():
+            self._hold_for_engine(False, restore=False)  # the boxes take the config's values
             self.model_edit.setText(config.model)
             self._weights_choice = config.pretrained or IMAGENET
             self.pretrained_combo.setCurrentText(self._weights_choice)
@@ -128,6 +137,8 @@ class RunSetupForm(RunSetupLayout):
             self._update_augment_note()
             self.output_edit.setText(config.output_dir)
             self.on_finish_edit.setText(shlex.join(config.on_finish))
+            self.engine_combo.set_engine(config.engine)
+            self._update_engine_widgets()
         self._edited()
 
     def train_from_scratch(self) -> None:
@@ -229,6 +240,8 @@ class RunSetupForm(RunSetupLayout):
         self.optimizer_combo.currentIndexChanged.connect(self._edited)
         self.precision_combo.currentIndexChanged.connect(self._edited)
         self.cache_combo.currentIndexChanged.connect(self._edited)
+        self.engine_combo.currentIndexChanged.connect(self._update_engine_widgets)
+        self.engine_combo.currentIndexChanged.connect(self._edited)
         self.scale_lr.toggled.connect(self.warmup_spin.setEnabled)
         self.data_kind.currentIndexChanged.connect(self._update_data_widgets)
         self.data_kind.currentIndexChanged.connect(self._edited)
@@ -274,6 +287,34 @@ class RunSetupForm(RunSetupLayout):
         self.fine_tune_lr_edit.setEnabled(fine_tune)
         self.sections["schedule"].set_note(
             f"{self.freeze_spin.value()} frozen, then fine-tune" if fine_tune else "")
+
+    def _update_engine_widgets(self) -> None:
+        """What the engine does, below it and (for JAX) in the closed section's header."""
+        jax = self.engine_combo.engine() is Engine.JAX
+        self.engine_hint.setText(self.engine_combo.hint())
+        self.sections["speed"].set_note("JAX engine" if jax else "")
+        self._hold_for_engine(jax)
+
+    def _hold_for_engine(self, jax: bool, *, restore: bool = True) -> None:
+        """On JAX, XLA and synchronized BatchNorm are what the engine does anyway: their
+        boxes show it, ticked and disabled; the user's own choices come back on TensorFlow
+        (`restore` False: drop them, the caller sets the boxes)."""
+        for box, tip in ((self.xla_check, XLA_ON_JAX), (self.sync_bn, SYNC_BN_ON_JAX)):
+            if jax and box not in self._held:
+                self._held[box] = (box.isChecked(), box.toolTip())
+                box.setChecked(True)
+                box.setToolTip(tip)
+                box.setEnabled(False)
+            elif not jax and box in self._held:
+                checked, own_tip = self._held.pop(box)
+                if restore:
+                    box.setChecked(checked)
+                box.setToolTip(own_tip)
+                box.setEnabled(True)
+
+    def _own_choice(self, box: QCheckBox) -> bool:
+        """A box as the user set it, also while the engine holds it."""
+        return self._held[box][0] if box in self._held else box.isChecked()
 
     def _update_model_widgets(self) -> None:
         """A built-in shows its weights where a model file's code consent goes; one without

@@ -32,6 +32,7 @@ from mgpu_gui.core.devices.precision_hint import LABELS as PRECISION_LABELS
 from mgpu_gui.core.modelfiles.builtins import IMAGENET, NO_WEIGHTS
 from mgpu_gui.gui.widgets.augment_picker import AugmentPicker
 from mgpu_gui.gui.widgets.compile_source import CompileSourceRow
+from mgpu_gui.gui.widgets.engine_choice import EngineCombo
 from mgpu_gui.gui.widgets.field_cells import (
     STYLE,
     FieldCell,
@@ -307,6 +308,19 @@ class RunSetupLayout(QWidget):
         self._add(section, None, "augment", [self.augment_picker], below=[preview_row])
 
     def _build_speed(self, section: CollapsibleSection) -> None:
+        self.engine_combo = EngineCombo()
+        self._name(self.engine_combo, "Engine",
+                   "The Keras backend the run trains on: TensorFlow (MirroredStrategy) or JAX "
+                   "(DataParallel; JAX compiles with XLA). Only installed engines can be "
+                   "chosen; the same model, data and settings train on either.")
+        # Beside the short choice, two lines kept: what the engine does (JAX: what it implies).
+        self.engine_combo.setMaximumWidth(self.engine_combo.sizeHint().width())
+        self.engine_hint = hint_label("Engine", lines=2)
+        self.engine_hint.setToolTip("What the engine does with the replicas. On JAX, XLA and "
+                                    "synchronized BatchNorm are always on: their boxes below "
+                                    "show it.")
+        self._add(section, "Engine", "engine", [self.engine_combo, self.engine_hint])
+
         self.precision_combo = QComboBox()
         for name in PRECISIONS:
             self.precision_combo.addItem(PRECISION_LABELS[name], name)

@@ -16,7 +16,7 @@ FIELD_NAMES = {
     "output_dir": "Output folder", "lr_scaling.warmup_epochs": "LR warm-up",
     "precision": "Precision", "jit_compile": "XLA", "augment": "Augmentation", "cache": "Cache",
     "freeze_epochs": "Freeze", "unfreeze": "Fine-tune layers", "fine_tune_lr": "Fine-tune LR",
-    "lr_scaling.enabled": "LR scaling", "on_finish": "On finish",
+    "lr_scaling.enabled": "LR scaling", "on_finish": "On finish", "engine": "Engine",
 }
 # Where a field label names a row rather than the one setting a sweep varies.
 _SETTING_NAMES = {
