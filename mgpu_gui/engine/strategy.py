@@ -25,13 +25,16 @@ CUDA_EXTRA_HINT = "pip install 'mgpu-gui[cuda]'"
 _NAMES = {"tensorflow": "TensorFlow", "keras": "Keras", "jax": "JAX"}
 
 
-def _read_by(variable: str) -> tuple[str, ...]:
-    """The modules that read `variable` once, when they start."""
+def _read_by(variable: str, engine: Engine) -> tuple[str, ...]:
+    """The modules that read `variable` once, when they start, in a run on `engine` (a
+    JAX imported into a TensorFlow run's process never trains, so its devices do not
+    matter)."""
     if variable == "KERAS_BACKEND":
         return ("keras",)
     if variable.startswith(("XLA_", "JAX_")):
         return ("jax",)
-    return ("tensorflow", "jax")  # CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER
+    # CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER
+    return ("tensorflow", "jax") if engine is Engine.JAX else ("tensorflow",)
 
 
 def apply_device_env(
@@ -52,7 +55,7 @@ def apply_device_env(
     keras = sys.modules.get("keras")
     if keras is not None and keras.backend.backend() == changes.get("KERAS_BACKEND"):
         del changes["KERAS_BACKEND"]  # a test host's Keras already runs on that backend
-    late = {_NAMES[m]: k for k in changes for m in _read_by(k) if m in sys.modules}
+    late = {_NAMES[m]: k for k in changes for m in _read_by(k, engine) if m in sys.modules}
     if late:
         names = ", ".join(late)
         raise RuntimeError(
