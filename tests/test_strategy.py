@@ -87,7 +87,9 @@ def cpu_plan():
 
 
 def test_apply_device_env_sets_the_plan_environment(monkeypatch):
+    # As in a fresh worker (the whole suite has imported both): KERAS_BACKEND is set too.
     monkeypatch.delitem(sys.modules, "tensorflow", raising=False)
+    monkeypatch.delitem(sys.modules, "keras", raising=False)
     environ = {"CUDA_VISIBLE_DEVICES": "0,1", "HOME": "/home/x"}
     apply_device_env(cpu_plan(), environ)
     assert environ == {"CUDA_VISIBLE_DEVICES": "", "HOME": "/home/x",
