@@ -57,8 +57,8 @@ def test_a_grid_with_repeats_runs_two_at_a_time_and_survives_a_runner_restart(
 def test_median_stopping_stops_the_worse_trial_and_an_oom_fails_only_its_trial(
         four_gpus, base, runner, monkeypatch):
     monkeypatch.setenv(ENV_VAR, "oom@1:2")
-    monkeypatch.setenv(ONLY_VAR, "-t4")  # trial 4 runs out of memory in its first epoch
-    # Trial 3 barely moves from where every trial starts (one seed): clearly worse.
+    monkeypatch.setenv(ONLY_VAR, "-t5")  # trial 5 runs out of memory in its first epoch
+    # Trial 4 barely moves from where every trial starts (one seed): clearly worse.
     spec = SweepSpec(base.replace(epochs=5), (
         values("learning_rate", "5e-2,3e-2,2e-2,1e-7,4e-2", base),), gpus_per_trial=1,
         max_parallel=3, median_stop=True)
@@ -114,5 +114,5 @@ def test_cli_sweep_start_wait_completes_two_runs_and_prints_the_best(base, capsy
     assert "sweep 1: 2 completed" in out
     view = load_sweep(RunStore(), 1)
     best = view.results.best
-    assert f"Best: trial {best.trial.index} ({best.trial.label}): val_loss" in out
+    assert f"Best: trial {best.trial.number} ({best.trial.label}): val_loss" in out
     assert [run.status for run in RunStore().runs()] == [RunState.COMPLETED] * 2

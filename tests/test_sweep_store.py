@@ -79,8 +79,8 @@ def test_a_sweep_is_one_queued_job_per_trial_and_its_view_follows_their_runs(sto
     sweep_id = start_sweep(store, spec(base, repeats=2, max_parallel=2), "lr", inventory=FOUR)
     queued = jobs(store, sweep_id)
     assert [(j.trial_index, j.name, j.config.learning_rate, j.config.seed) for j in queued] == [
-        (0, "lr-t0", 0.001, 1), (1, "lr-t1", 0.003, 1), (2, "lr-t2", 0.001, 2),
-        (3, "lr-t3", 0.003, 2)]
+        (0, "lr-t1", 0.001, 1), (1, "lr-t2", 0.003, 1), (2, "lr-t3", 0.001, 2),
+        (3, "lr-t4", 0.003, 2)]
     assert all(j.state is JobState.QUEUED for j in queued)
     trained(store, queued[0], [0.9, 0.5, 0.6, 0.55])
     trained(store, queued[1], [0.8, 0.4, 0.3, 0.35])

@@ -73,7 +73,7 @@ def test_start_queues_the_sweeps_trials_asks_for_the_runner_and_opens_its_view(
     assert record.name == "two rates" and record.counts == {TrialStatus.WAITING: 2}
     queued = jobs(store, record.id)
     assert [job.config.learning_rate for job in queued] == [1e-3, 3e-3]
-    assert [job.name for job in queued] == ["two rates-t0", "two rates-t1"]
+    assert [job.name for job in queued] == ["two rates-t1", "two rates-t2"]
     assert f"Sweep {record.id} started" in window.statusBar().currentMessage()
     view = window.sweep_views[record.id]
     qtbot.waitUntil(lambda: view.view.table.model().rowCount() == 2)

@@ -271,7 +271,7 @@ def format_view(view: SweepView) -> str:
     for row in results.rows:
         value = "" if row.best is None else _number(row.best.best)
         epoch = "" if row.best is None else str(row.best.best_epoch + 1)
-        lines.append(f"{'*' if row.is_best else '':2}{row.trial.index:>5}  "
+        lines.append(f"{'*' if row.is_best else '':2}{row.trial.number:>5}  "
                      f"{row.trial.label:<{wide}}  {row.status.text:<{status}}  {value:>10}  "
                      f"{epoch}".rstrip())
     lines += _groups(results)
@@ -282,7 +282,7 @@ def format_view(view: SweepView) -> str:
     else:
         assert best.best is not None
         run_id = view.jobs[best.trial.index].run_id
-        lines.append(f"Best: trial {best.trial.index} ({best.trial.label}): {results.metric} "
+        lines.append(f"Best: trial {best.trial.number} ({best.trial.label}): {results.metric} "
                      f"{_number(best.best.best)} at epoch {best.best.best_epoch + 1} "
                      f"(run {run_id})")
     return "\n".join(lines)

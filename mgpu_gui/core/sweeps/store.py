@@ -162,7 +162,7 @@ def _queue(store: RunStore, sweep_id: int | None, spec: SweepSpec, name: str,
         raise ConfigError(problems)
     inventory = inventory if inventory is not None else query_inventory()
     queue = JobQueue(store)
-    configs = [queue.checked(trial.config.replace(run_name=f"{name}-t{trial.index}"), inventory,
+    configs = [queue.checked(trial.config.replace(run_name=f"{name}-t{trial.number}"), inventory,
                              allow_busy=allow_busy) for trial in trials]
     spec_json = json.dumps(spec.to_dict())
 

@@ -151,6 +151,11 @@ class Trial:
         return trial_key(self.values, self.repeat)
 
     @property
+    def number(self) -> int:
+        """The trial's number as the user sees it everywhere (tables, run names): from 1."""
+        return self.index + 1
+
+    @property
     def seed(self) -> int | None:
         return self.config.seed
 

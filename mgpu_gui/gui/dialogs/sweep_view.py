@@ -147,7 +147,7 @@ def summary_text(results: SweepResults) -> str:
         return text + " No trial has finished with a value yet."
     values = ", ".join(f"{setting_label(name)} {setting_text(value)}"
                        for name, value in best.trial.values.items())
-    return (f"{text} Best: trial #{best.trial.index + 1} ({values}), {results.metric} "
+    return (f"{text} Best: trial #{best.trial.number} ({values}), {results.metric} "
             f"{best.best.best:.4g} at epoch {best.best.best_epoch + 1}.")
 
 

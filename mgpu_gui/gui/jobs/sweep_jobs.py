@@ -99,13 +99,13 @@ class SweepSummary:
 
     record: SweepRecord
     best: float | None  # the metric's best value of the best finished trial
-    best_trial: int | None  # that trial's index
+    best_trial: int | None  # that trial's number (Trial.number, from 1)
 
     @property
     def best_text(self) -> str:
         if self.best is None or self.best_trial is None:
             return ""
-        return f"{self.record.spec.metric} {self.best:.4g} (trial #{self.best_trial + 1})"
+        return f"{self.record.spec.metric} {self.best:.4g} (trial #{self.best_trial})"
 
 
 def sweep_summaries(store: RunStore, known: Mapping[int, SweepSummary]) -> list[SweepSummary]:
@@ -120,5 +120,5 @@ def sweep_summaries(store: RunStore, known: Mapping[int, SweepSummary]) -> list[
         best = load_sweep(store, record.id).results.best
         found.append(SweepSummary(
             record, None if best is None or best.best is None else best.best.best,
-            None if best is None else best.trial.index))
+            None if best is None else best.trial.number))
     return found

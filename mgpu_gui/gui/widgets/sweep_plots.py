@@ -155,7 +155,7 @@ class SweepScatter(_SweepPlot):
         self._star(scatter.xs[at], scatter.ys[at])
         self.say(f"{self._mark('●', self.colors.val)} each finished trial's best "
                  f"{self.results.metric}; {self._mark('★', self.colors.best)} the best, "
-                 f"trial #{best.trial.index + 1}")
+                 f"trial #{best.trial.number}")
 
     def _draw_groups(self, axis: Axis) -> None:
         assert self.results is not None

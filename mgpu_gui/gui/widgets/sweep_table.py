@@ -95,7 +95,7 @@ def _trial_rows(results: SweepResults) -> tuple[list[Column], list[str], list[tu
 
 def _trial_cells(results: SweepResults, row: TrialRow, repeats: bool) -> tuple[Cell, ...]:
     mark = row.is_best
-    cells = [Cell(str(row.trial.index + 1), float(row.trial.index + 1), row.trial.label, mark),
+    cells = [Cell(str(row.trial.number), float(row.trial.number), row.trial.label, mark),
              *_setting_cells(results, row.trial.values, mark)]
     if repeats:
         seed = row.trial.seed
