@@ -36,7 +36,7 @@ def main() -> int:
             stop_runner(root / "runs.sqlite3")
         for row in view.results.rows:
             best = "-" if row.best is None else f"{row.best.best:.4f}"
-            print(f"{'*' if row.is_best else ' '} trial {row.trial.index}: {row.trial.label:<45}"
+            print(f"{'*' if row.is_best else ' '} trial {row.trial.number}: {row.trial.label:<45}"
                   f" {row.status.text:<10} val_loss {best}")
         print(f"8 trials, 2 at a time, across a runner restart: {time.monotonic() - began:.1f} s")
     return 0
