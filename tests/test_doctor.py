@@ -28,9 +28,13 @@ from mgpu_gui.core.tools.doctor import (
     diagnose,
     exit_code,
 )
+from mgpu_gui.core.tools.doctor_jax import JaxDevice, JaxFacts
 from mgpu_gui.core.tools.doctor_report import format_facts, report, version_rows
+from tests.helpers.without_tensorflow import env_without_tensorflow
 
 FACTS_DIR = Path(__file__).parent / "doctor_facts"
+CPU_JAX = JaxFacts(installed=True, jax_version="0.10.2", jaxlib_version="0.10.2",
+                   backend="cpu", devices=(JaxDevice(0, "cpu", "cpu"),))
 NO_GPU = GpuInventory(state=NvmlState.NO_DRIVER, message="No NVIDIA driver found (test).",
                       reason="No NVIDIA driver found (test)")
 
@@ -130,6 +134,33 @@ def test_tensorflow_that_cannot_be_asked_is_one_error():
     findings = diagnose(facts)
     assert problems(findings) == {("error", "tensorflow")}
     assert "cannot be imported" in findings[-1].message
+
+
+def no_tensorflow_facts(jax: JaxFacts | None, keras: str | None = "3.15.1") -> Facts:
+    return Facts(load("recorded_no_driver_cpu").nvml,
+                 TfFacts(error="TensorFlow cannot be imported: ModuleNotFoundError",
+                         installed=False, keras_version=keras, jax=jax))
+
+
+def test_no_tensorflow_beside_a_working_jax_is_a_warning_not_a_failed_check():
+    facts = no_tensorflow_facts(CPU_JAX)
+    findings = diagnose(facts)
+    assert problems(findings) == {("warning", "tensorflow")}
+    assert exit_code(findings) == 0
+    assert "TensorFlow is not installed (Keras 3.15.1)" in text_of(findings, "tensorflow")
+    assert "JAX engine" in text_of(findings, "tensorflow")
+    assert "not installed; Keras 3.15.1" in format_facts(facts)
+    rows = dict(version_rows(facts.nvml, facts.tf))
+    assert (rows["TensorFlow"], rows["Keras"], rows["CUDA"]) == ("not installed", "3.15.1",
+                                                                 "no TensorFlow")
+
+
+@pytest.mark.parametrize("jax, keras", [(JaxFacts(), "3.15.1"), (CPU_JAX, None),
+                                        (JaxFacts(installed=True, error="no backend"), "3.15.1")])
+def test_no_tensorflow_and_no_engine_that_can_train_is_an_error(jax, keras):
+    findings = diagnose(no_tensorflow_facts(jax, keras))
+    assert ("error", "tensorflow") in problems(findings)
+    assert "no engine can train" in text_of(findings, "tensorflow")
 
 
 def test_no_nccl_kernel_falls_back_to_hierarchical_copy():
@@ -283,6 +314,22 @@ def test_cli_doctor_runs_for_real():
     assert done.returncode == (0 if out["ok"] else 1), done.stderr[-2000:]
     assert out["facts"]["tf"]["tensorflow_version"] == importlib.metadata.version("tensorflow")
     assert out["facts"]["nvml"]["state"] in {s.value for s in NvmlState}
+
+
+def test_cli_doctor_where_tensorflow_is_not_installed():
+    """The JAX-only GPU machine: TensorFlow absent is said as such, and the check passes."""
+    done = subprocess.run([sys.executable, "-m", "mgpu_gui.cli.main", "doctor", "--json"],
+                          capture_output=True, text=True, timeout=240,
+                          env=env_without_tensorflow())
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout)
+    assert out["ok"] is True
+    assert out["facts"]["tf"]["installed"] is False
+    assert out["facts"]["tf"]["keras_version"] == importlib.metadata.version("keras")
+    assert out["facts"]["tf"]["jax"]["installed"] is True
+    [said] = [f for f in out["findings"] if f["topic"] == "tensorflow"]
+    assert said["severity"] == "warning"
+    assert said["message"].startswith("TensorFlow is not installed"), said
 
 
 # -- the dialog ---------------------------------------------------------------------------

@@ -36,6 +36,6 @@ def run(args: argparse.Namespace) -> int:
                           "ok": exit_code(findings) == 0}, indent=2))
     else:
         print(report(facts, findings, verbose=args.debug))
-    if tf.error and not args.debug:
+    if tf.error and tf.installed and not args.debug:  # nothing worth reading when absent
         print(f"TensorFlow's full output is in {command_log(LOG_NAME)}", file=sys.stderr)
     return exit_code(findings)

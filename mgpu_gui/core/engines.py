@@ -36,7 +36,10 @@ CLUSTER_REFUSAL = ("engine", "a run across several machines (mgpu-train worker) 
 
 def installed(engine: Engine) -> bool:
     """Whether `engine`'s framework can be imported here (looked up, not imported)."""
-    return importlib.util.find_spec(engine.value) is not None
+    try:
+        return importlib.util.find_spec(engine.value) is not None
+    except ImportError:  # an import hook that refuses the name: not importable here either
+        return False
 
 
 def installed_engines() -> list[Engine]:

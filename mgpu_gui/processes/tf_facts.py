@@ -27,7 +27,7 @@ import sys
 import tempfile
 from typing import Any
 
-from mgpu_gui.core.engines import NO_PREALLOCATION
+from mgpu_gui.core.engines import NO_PREALLOCATION, Engine, installed
 from mgpu_gui.core.events import TfFactsGathered
 from mgpu_gui.engine.tf_facts import gather
 
@@ -75,6 +75,14 @@ def gather_jax() -> dict[str, Any]:
     return facts
 
 
+def _version(distribution: str) -> str | None:
+    """An installed distribution's version, read from its metadata (nothing imported)."""
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 @contextlib.contextmanager
 def _captured_stderr():
     """Collect what TensorFlow's C++ side logs on fd 2 (it explains missing GPUs)."""
@@ -107,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # a bug here: still answer
             facts = {"error": f"checking TensorFlow failed: {type(exc).__name__}: {exc}"}
     facts["messages"] = relevant_messages(logged)
+    if not installed(Engine.TENSORFLOW):  # a JAX-only machine: absent, not broken
+        facts.update(installed=False, keras_version=_version("keras"))
     for line in logged:  # still visible to whoever runs this by hand
         print(line, file=sys.stderr)
     facts["jax"] = gather_jax()  # not captured: what JAX prints is not TensorFlow's to explain

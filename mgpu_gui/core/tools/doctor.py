@@ -86,6 +86,7 @@ class TfFacts:
     """What TensorFlow says, from the facts child (`core.tools.tf_facts`)."""
 
     error: str | None = None  # TensorFlow could not be asked; then little else is known
+    installed: bool = True  # False: not installed (a JAX-only machine); `error` says so too
     tensorflow_version: str | None = None
     tensorflow_package: str | None = None  # "tensorflow", "tensorflow-cpu", ...
     keras_version: str | None = None
@@ -155,6 +156,8 @@ def diagnose(facts: Facts) -> list[Finding]:
     nvml, tf = facts.nvml, facts.tf
     findings = _driver(nvml)
     jax = jax_findings(tf.jax, len(nvml.gpus) if nvml.state is NvmlState.OK else 0)
+    if not tf.installed:
+        return [*findings, _no_tensorflow(tf), *jax]
     if tf.error:
         findings.append(Finding(
             Severity.ERROR, "tensorflow", f"TensorFlow could not be asked: {tf.error}.",
@@ -191,6 +194,24 @@ def _driver(nvml: NvmlFacts) -> list[Finding]:
     severity = Severity.ERROR if nvml.state is NvmlState.DRIVER_ERROR else Severity.WARNING
     return [Finding(severity, "driver",
                     f"{nvml.reason}: training can only run on CPU replicas.", nvml.advice)]
+
+
+def _no_tensorflow(tf: TfFacts) -> Finding:
+    """TensorFlow absent: a machine set up for the JAX engine alone is fine (a warning, so
+    the doctor's exit code stays 0); with no engine that can train it is an error."""
+    jax = tf.jax
+    keras = f"Keras {tf.keras_version}" if tf.keras_version else "Keras is not installed"
+    if jax is not None and jax.installed and not jax.error and tf.keras_version:
+        return Finding(Severity.WARNING, "tensorflow",
+                       f"TensorFlow is not installed ({keras}): runs train on the JAX engine "
+                       "(--engine jax) only; the tensorflow engine is not available here.",
+                       f"For the tensorflow engine: pip install 'tensorflow>={TESTED_TENSORFLOW},"
+                       f"<2.22' (NVIDIA GPUs: {CUDA_EXTRA}).")
+    return Finding(Severity.ERROR, "tensorflow",
+                   f"TensorFlow is not installed ({keras}), and the JAX engine cannot train "
+                   "here either: no engine can train.",
+                   "Reinstall the app's dependencies (pip install -e . in its folder, or pip "
+                   "install mgpu-gui), then check again.")
 
 
 def _tensorflow(tf: TfFacts) -> list[Finding]:

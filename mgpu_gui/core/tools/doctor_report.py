@@ -25,6 +25,11 @@ def version_rows(nvml: NvmlFacts | None, tf: TfFacts | None) -> list[tuple[str, 
                                       f"{nvml.cuda_driver_version or '?'})"))
     else:
         rows.append(("NVIDIA driver", nvml.reason or "none"))
+    if tf is not None and not tf.installed:
+        return rows + [("TensorFlow", "not installed"),
+                       ("Keras", tf.keras_version or "not installed"),
+                       *((label, "no TensorFlow") for label in TF_ROWS[2:]),
+                       ("JAX", jax_version_text(tf.jax))]
     if tf is None or tf.error:
         first = "asking TensorFlow…" if tf is None else f"could not be asked: {tf.error}"
         rest = "asking TensorFlow…" if tf is None else "unknown"
@@ -71,6 +76,9 @@ def format_facts(facts: Facts, *, verbose: bool = False) -> str:
         versions = f" (driver {nvml.driver_version})" if nvml.driver_version else ""
         lines.append(f"  {nvml.state.value}{versions}: {nvml.reason}")
     lines.append("TensorFlow (asked in a child process)")
+    if not tf.installed:
+        lines.append(f"  not installed; Keras {tf.keras_version or 'not installed either'}")
+        return "\n".join(lines + jax_fact_lines(tf.jax))
     if tf.error:
         lines.append(f"  could not be asked: {tf.error}")
         return "\n".join(lines + jax_fact_lines(tf.jax))
