@@ -66,9 +66,10 @@ class ScaleRequest:
         found = []
         if self.steps < 2:
             found.append(("steps", f"must be at least 2 to show a spread, got {self.steps}"))
-        if self.warmup < 1:
-            found.append(("warmup", f"must be at least 1 (the first step compiles), got "
-                                    f"{self.warmup}"))
+        least, why = (2, "on the JAX engine the second step compiles again on one device") if (
+            self.config.engine == Engine.JAX) else (1, "the first step compiles")
+        if self.warmup < least:
+            found.append(("warmup", f"must be at least {least} ({why}), got {self.warmup}"))
         if not 0 < self.threshold <= 1:
             found.append(("threshold", f"must be in (0, 1], got {self.threshold}"))
         if self.global_batch is not None and self.global_batch < 1:
