@@ -50,11 +50,14 @@ def test_jax_resource_exhausted_counts_as_out_of_memory():
     assert not is_out_of_memory("JaxRuntimeError", "INVALID_ARGUMENT: shapes (8,) and (4,)")
 
 
-def test_a_probe_reports_jax_running_out_of_memory_as_too_big():
+def test_jax_running_out_of_memory_is_too_big_for_a_probe_and_a_scaling_count():
     from mgpu_gui.core.devices.plan import plan_devices
     from mgpu_gui.processes.batch_probe import Probe
+    from mgpu_gui.processes.scaling_worker import failure_message
 
     error_class = type(JAX_OOM[0], (RuntimeError,), {})
+    assert failure_message(error_class(JAX_OOM[1]), cpu_config(2, batch_per_replica=64), 2) == (
+        "out of memory with 64 samples per device (global batch 128); a smaller batch may fit.")
     plan = plan_devices(DeviceSelection(kind=DeviceKind.CPU, replicas=1), NO_GPU)
     probe = Probe(cpu_config(1, batch_per_replica=512), plan, 2, None, emit=lambda m: None)
     probe.stage = "training"

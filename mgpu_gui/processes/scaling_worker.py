@@ -133,12 +133,11 @@ def failure_message(error: BaseException, config: RunConfig, replicas: int) -> s
     """What went wrong for this count, in words (the other counts go on)."""
     if isinstance(error, UserError):
         return str(error)
-    name = type(error).__name__
+    name, text = type(error).__name__, " ".join(str(error).split())
     per_device = config.batch_per_replica
-    if is_out_of_memory(name, " ".join(str(error).split())):
+    if is_out_of_memory(name, text):
         return (f"out of memory with {per_device} samples per device "
                 f"(global batch {per_device * replicas}); a smaller batch may fit.")
-    text = " ".join(str(error).split())
     return f"{name}: {text[:400]}"
 
 
