@@ -92,12 +92,3 @@ def test_a_cluster_worker_refuses_jax(tmp_path, capsys):
     assert "--engine: a run across several machines" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
 
-
-@pytest.mark.parametrize("command, tool", [("scale", "scaling test"),
-                                           ("find-batch", "batch-size finder")])
-def test_the_tools_that_measure_tensorflow_refuse_the_jax_engine(capsys, command, tool):
-    from mgpu_gui.cli import main as cli
-
-    assert cli.main([command, "--engine", "jax", "--cpu"]) == 2
-    err = capsys.readouterr().err
-    assert f"--engine: the {tool} measures the tensorflow engine only for now" in err

@@ -68,7 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the most memory a probe may use, e.g. 600MB, 12GiB (MB/GB: powers "
                         "of 1000; MiB/GiB, M/G: of 1024). On CPU it bounds the process's peak "
                         "resident memory (default: the memory available now); on a GPU, "
-                        "TensorFlow's peak on the device (default: until out of memory)")
+                        "the engine's allocator peak on the device (default: until out of memory)")
     p.add_argument("--max-batch", type=int, default=DEFAULT_MAX_BATCH,
                    help=f"the largest batch per device to try (default {DEFAULT_MAX_BATCH}; "
                         f"the training set may allow less)")

@@ -84,11 +84,3 @@ def engine_env(engine: Engine, *, cpu_replicas: int | None,
     env["XLA_FLAGS"] = " ".join([*flags, f"{HOST_DEVICES_FLAG}={cpu_replicas}"])
     return env
 
-
-def tensorflow_only(engine: str, tool: str) -> list[tuple[str, str]]:
-    """A tool whose children train on TensorFlow alone refuses a JAX setting rather than
-    measure another engine than the one asked for."""
-    if engine != Engine.JAX:
-        return []
-    return [("engine", f"the {tool} measures the tensorflow engine only for now; set the "
-                       f"engine to tensorflow (--engine tensorflow)")]

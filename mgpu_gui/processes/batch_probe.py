@@ -11,20 +11,21 @@ and TensorFlow):
     {"type": "phase", "phase": "building" | "training"}
     {"type": "result", ...ProbeResult...}            (always last, also on failure)
 
-The probe builds and compiles the run's model under a one-device strategy with
-the same `prepare` as training, then trains a few real steps (forward,
-backward, optimizer update), so activations, gradients and optimizer slots all
-count. Its peak memory:
-- on a GPU, TensorFlow's allocator peak (`get_memory_info('GPU:0')['peak']`):
-  the tensors, not the CUDA context around them. Memory grows as needed
-  (TF_FORCE_GPU_ALLOW_GROWTH, set by the runner), and running out of it
-  (ResourceExhaustedError) means the batch does not fit.
-- on CPU, the process's peak resident memory (`ru_maxrss`): TensorFlow itself,
-  the model, the data and the step. A watchdog thread ends the probe as soon
-  as that passes the cap (checked every 20 ms), so a probe overshoots the cap
-  by at most what it allocates in that time. An address-space limit
-  (RLIMIT_AS) would be the classic way, but TensorFlow reserves about 2.6 GB
-  of virtual memory before any model exists, so it cannot express a cap.
+The probe builds and compiles the run's model under a one-device strategy of the
+run's engine (MirroredStrategy, or DataParallel on JAX) with the same `prepare` as
+training, then trains a few real steps (forward, backward, optimizer update), so
+activations, gradients and optimizer slots all count. Its peak memory:
+- on a GPU, the engine's allocator peak (engine/device_memory.py): the tensors, not
+  the CUDA context around them. Memory grows as needed, and running out of it
+  (TensorFlow's ResourceExhaustedError, JAX's RESOURCE_EXHAUSTED) means the batch
+  does not fit.
+- on CPU, the process's peak resident memory (`ru_maxrss`): the framework itself,
+  the model, the data and the step (JAX's CPU devices keep no statistics). A
+  watchdog thread ends the probe as soon as that passes the cap (checked every
+  20 ms), so a probe overshoots the cap by at most what it allocates in that
+  time. An address-space limit (RLIMIT_AS) would be the classic way, but
+  TensorFlow reserves about 2.6 GB of virtual memory before any model exists, so
+  it cannot express a cap.
 The probe also volunteers as the kernel's first victim should the machine run
 out of memory (oom_score_adj 1000), so an out-of-memory kill never lands on
 another run.
@@ -45,6 +46,7 @@ from typing import Any
 
 from mgpu_gui.core.config import DeviceKind, RunConfig
 from mgpu_gui.core.devices.plan import DevicePlan
+from mgpu_gui.core.engines import Engine
 from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.tools.batch_search import (
     ProbeResult,
@@ -61,12 +63,6 @@ def peak_resident_bytes() -> int:
     """This process's peak resident memory (Linux reports KiB, macOS bytes)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak if sys.platform == "darwin" else peak * 1024
-
-
-def gpu_peak_bytes() -> int:
-    import tensorflow as tf
-
-    return int(tf.config.experimental.get_memory_info("GPU:0")["peak"])
 
 
 def volunteer_for_oom_killer() -> None:
@@ -111,6 +107,7 @@ class Probe:
         self.emit, self.exit_now = emit, exit_now
         self.batch = config.batch_per_replica
         self.gpu = plan.kind is DeviceKind.GPU
+        self.engine = Engine(config.engine)
         self.stage = "setup"
         self.base: int | None = None
         self.started = time.monotonic()
@@ -125,8 +122,10 @@ class Probe:
         if not self.gpu:
             return peak_resident_bytes()
         try:
-            return gpu_peak_bytes()
-        except Exception:  # TensorFlow not started yet, or the device is gone
+            from mgpu_gui.engine.device_memory import peak_device_bytes
+
+            return peak_device_bytes(self.engine)
+        except Exception:  # the engine not started yet, or the device is gone
             return None
 
     def run(self) -> ProbeResult:
@@ -144,12 +143,12 @@ class Probe:
     def _run(self) -> ProbeResult:
         from mgpu_gui.engine.strategy import apply_device_env, make_strategy
 
-        apply_device_env(self.plan)  # before TensorFlow is imported
+        apply_device_env(self.plan, engine=self.engine)  # before Keras, TF or JAX starts
         import keras
 
         from mgpu_gui.engine.training import prepare
 
-        strategy, _ = make_strategy(self.plan)
+        strategy, _ = make_strategy(self.plan, self.engine)
         self.emit({"type": "phase", "phase": "building"})
         if self.config.seed is not None:
             keras.utils.set_random_seed(self.config.seed)

@@ -11,13 +11,15 @@ inherited pipe `N` (stdout and stderr belong to Keras and TensorFlow):
     {"type": "step", "step": 3, "of": 30}            (timed steps only)
     {"type": "result", ...CountResult...}            (always last, also on failure)
 
-The devices are set up before TensorFlow is imported, which is why each count
-needs a process of its own. The job runs the same `prepare` (model and
-pipeline under the strategy) and the same `fit` as training, so the figures
-are those of a real run: each step's end is synchronised by Keras fetching
-the step's loss for the callbacks, and a step's time is the wall time between
-two consecutive step ends. The timed steps' input wait is measured as in
-training (engine/input_wait.py).
+The devices and the engine's environment (KERAS_BACKEND, JAX's XLA settings) are
+set up before Keras, TensorFlow or JAX is imported, which is why each count needs a
+process of its own. The job runs the same strategy (MirroredStrategy, or JAX's
+DataParallel behind the same surface), the same `prepare` (model and pipeline under
+the strategy) and the same `fit` as training, so the figures are those of a real
+run: each step's end is synchronised by Keras fetching the step's loss for the
+callbacks, and a step's time is the wall time between two consecutive step ends.
+The timed steps' input wait is measured as in training (engine/input_wait.py), on
+the TensorFlow engine only: on JAX it is reported as not measured (None), never 0.
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ from typing import Any
 
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.devices.plan import DevicePlan
+from mgpu_gui.core.engines import Engine
 from mgpu_gui.core.errors import UserError
+from mgpu_gui.core.tools.batch_search import is_out_of_memory
 from mgpu_gui.core.tools.scaling import CountResult, PointStatus
 
 Emit = Callable[[dict[str, Any]], None]
@@ -42,10 +46,10 @@ Emit = Callable[[dict[str, Any]], None]
 def time_steps(config: RunConfig, strategy: Any, *, steps: int, warmup: int,
                emit: Emit) -> CountResult:
     """Build the run's model and data under `strategy`, then time `steps` steps after
-    `warmup` steps (the first traces and compiles the step function)."""
+    `warmup` steps (the first traces and compiles the step function). The input wait
+    is None (not measured) on the JAX engine, whose trainer feeds its step another way."""
     import keras
 
-    from mgpu_gui.engine.input_wait import InputWaitMeter, TimeInputWait
     from mgpu_gui.engine.training import prepare
 
     replicas = strategy.num_replicas_in_sync
@@ -54,17 +58,27 @@ def time_steps(config: RunConfig, strategy: Any, *, steps: int, warmup: int,
         keras.utils.set_random_seed(config.seed)
     setup = prepare(config, strategy, lambda message, level="info": emit(
         {"type": "log", "level": level, "message": message}))
-    waits = InputWaitMeter()
-    timer = StepClock(warmup, steps, emit, on_timing=waits.take_epoch)  # drops the warm-up's
+    callbacks, take_wait = _input_wait(Engine(config.engine))
+    timer = StepClock(warmup, steps, emit, on_timing=take_wait)  # drops the warm-up's
     emit({"type": "phase", "phase": "warmup"})
     setup.model.fit(setup.train, epochs=1, steps_per_epoch=warmup + steps,
-                    callbacks=[TimeInputWait(waits), timer.keras_callback()], shuffle=False,
-                    verbose=0)
+                    callbacks=[*callbacks, timer.keras_callback()], shuffle=False, verbose=0)
     return CountResult(
         devices=replicas, global_batch=setup.global_batch,
         batch_per_replica=setup.global_batch // replicas, step_times_s=tuple(timer.times),
         warmup_s=timer.warmup_s, device_names=tuple(strategy.extended.worker_devices),
-        input_wait=waits.take_epoch())
+        input_wait=take_wait())
+
+
+def _input_wait(engine: Engine) -> tuple[list[Any], Callable[[], float | None]]:
+    """The callbacks that measure the input wait, and what reads (and resets) it. Nothing
+    on JAX: engine/input_wait.py wraps TensorFlow's train function (and imports it)."""
+    if engine is Engine.JAX:
+        return [], lambda: None
+    from mgpu_gui.engine.input_wait import InputWaitMeter, TimeInputWait
+
+    waits = InputWaitMeter()
+    return [TimeInputWait(waits)], waits.take_epoch
 
 
 class StepClock:
@@ -119,12 +133,11 @@ def failure_message(error: BaseException, config: RunConfig, replicas: int) -> s
     """What went wrong for this count, in words (the other counts go on)."""
     if isinstance(error, UserError):
         return str(error)
-    name = type(error).__name__
+    name, text = type(error).__name__, " ".join(str(error).split())
     per_device = config.batch_per_replica
-    if name == "ResourceExhaustedError" or "out of memory" in str(error).lower():
+    if is_out_of_memory(name, text):
         return (f"out of memory with {per_device} samples per device "
                 f"(global batch {per_device * replicas}); a smaller batch may fit.")
-    text = " ".join(str(error).split())
     return f"{name}: {text[:400]}"
 
 
@@ -135,8 +148,9 @@ def run(request: dict[str, Any], emit: Emit) -> CountResult:
     try:
         from mgpu_gui.engine.strategy import apply_device_env, make_strategy
 
-        apply_device_env(plan)  # before TensorFlow is imported
-        strategy, _ = make_strategy(plan)
+        engine = Engine(config.engine)
+        apply_device_env(plan, engine=engine)  # before TensorFlow, Keras or JAX is imported
+        strategy, _ = make_strategy(plan, engine)
         result = time_steps(config, strategy, steps=steps, warmup=warmup, emit=emit)
         # What a person recognises ("GPU 0: NVIDIA H100 (GPU-…)") over TensorFlow's names.
         return dataclasses.replace(result, device_names=tuple(plan.names) or result.device_names)

@@ -6,7 +6,8 @@ runs `mgpu_gui.processes.batch_probe` on ONE device (the batch found is per
 device): one GPU through CUDA_VISIBLE_DEVICES, or one CPU replica. A probe
 that runs out of memory fails alone, in its own process; nothing else shares
 its memory:
-- on a GPU it grows its memory as needed (TF_FORCE_GPU_ALLOW_GROWTH), never
+- on a GPU it grows its memory as needed (TF_FORCE_GPU_ALLOW_GROWTH; on JAX
+  XLA_PYTHON_CLIENT_PREALLOCATE=false, set by the probe itself), never
   reserving the whole device, and gives it all back when it exits;
 - on CPU it stops itself as soon as its peak resident memory passes the cap,
   and it tells the kernel to kill it first should the machine run out of
@@ -30,7 +31,6 @@ from mgpu_gui.core.children.runner import ChildExit, ChildProcesses, command_log
 from mgpu_gui.core.config import DEMO, DeviceKind, DeviceSelection, RunConfig
 from mgpu_gui.core.devices.nvml import GpuInventory, query_inventory
 from mgpu_gui.core.devices.plan import DevicePlan, plan_devices
-from mgpu_gui.core.engines import tensorflow_only
 from mgpu_gui.core.errors import ConfigError, UserError
 from mgpu_gui.core.runs import preflight
 from mgpu_gui.core.tools.batch_search import (
@@ -86,8 +86,7 @@ def plan_search(request: BatchRequest, inventory: GpuInventory | None = None,
                 available: Callable[[], int | None] | None = None) -> SearchPlan:
     """The probe device, the largest batch and the cap; a UserError before any process."""
     config, settings = request.config, request.settings
-    found = (config.problems() + settings.problems()
-             + tensorflow_only(config.engine, "batch-size finder"))
+    found = config.problems() + settings.problems()
     if request.memory_cap is not None and request.memory_cap < 1:
         found.append(("memory_cap", f"must be more than 0 bytes, got {request.memory_cap}"))
     if found:

@@ -60,6 +60,11 @@ _OOM_TEXT = re.compile(r"out of memory|OOM when allocating|CUDNN_STATUS_ALLOC_FA
                        r"CUDA_ERROR_OUT_OF_MEMORY", re.IGNORECASE)
 
 
+# JAX's runtime error (JaxRuntimeError in jax 0.10, XlaRuntimeError in older releases):
+# its text starts with XLA's status, RESOURCE_EXHAUSTED when an allocation failed.
+_XLA_ERRORS = frozenset({"JaxRuntimeError", "XlaRuntimeError"})
+
+
 class ProbeStatus(StrEnum):
     FITS = "fits"
     TOO_BIG = "too big"  # out of memory, over the cap, or the probe died (killed for memory)
@@ -345,6 +350,8 @@ def peak_text(result: ProbeResult) -> str:
 
 def is_out_of_memory(error_type: str, text: str) -> bool:
     """Whether an exception (by class name and message) means the device ran out of memory."""
+    if error_type in _XLA_ERRORS and text.startswith("RESOURCE_EXHAUSTED"):
+        return True
     return error_type == "ResourceExhaustedError" or bool(_OOM_TEXT.search(text))
 
 
@@ -392,7 +399,7 @@ def describe(report: BatchReport) -> str:
     if ended is Ended.NOTHING_FITS:
         first = report.probes[0] if report.probes else None
         base = next((p.base_bytes for p in report.probes if p.base_bytes), None)
-        alone = (f" TensorFlow, the model and the data alone took {format_memory(base)}."
+        alone = (f" The framework, the model and the data alone took {format_memory(base)}."
                  if base else "")
         smallest = min((p.batch for p in report.probes), default=1)
         why = first.message if first is not None and first.message else "out of memory"

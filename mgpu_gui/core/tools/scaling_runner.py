@@ -23,7 +23,7 @@ from mgpu_gui.core.children.runner import ChildExit, ChildProcesses, command_log
 from mgpu_gui.core.config import DEMO, DeviceKind, DeviceSelection, RunConfig
 from mgpu_gui.core.devices.nvml import GpuInventory, query_inventory
 from mgpu_gui.core.devices.plan import DevicePlan, plan_devices
-from mgpu_gui.core.engines import tensorflow_only
+from mgpu_gui.core.engines import Engine
 from mgpu_gui.core.errors import ConfigError, UserError
 from mgpu_gui.core.runs import preflight
 from mgpu_gui.core.tools.scaling import (
@@ -44,6 +44,8 @@ from mgpu_gui.core.tools.scaling import (
 # Failures that do not depend on the device count (the model file's own errors): the
 # counts after one are not started, since each would spend a TensorFlow start to meet it.
 SAME_FOR_EVERY_COUNT = frozenset({"ModelError", "ConfigError"})
+JAX_NOTE = ("Measured on the JAX engine (DataParallel, every step compiled with XLA); its "
+            "input wait is not measured.")
 # Where a count's progress bar stands at each phase (timing fills the rest step by step).
 PHASE_FRACTION = {"starting": 0.0, "building": 0.15, "warmup": 0.3, "timing": 0.4}
 
@@ -64,9 +66,10 @@ class ScaleRequest:
         found = []
         if self.steps < 2:
             found.append(("steps", f"must be at least 2 to show a spread, got {self.steps}"))
-        if self.warmup < 1:
-            found.append(("warmup", f"must be at least 1 (the first step compiles), got "
-                                    f"{self.warmup}"))
+        least, why = (2, "on the JAX engine the second step compiles again on one device") if (
+            self.config.engine == Engine.JAX) else (1, "the first step compiles")
+        if self.warmup < least:
+            found.append(("warmup", f"must be at least {least} ({why}), got {self.warmup}"))
         if not 0 < self.threshold <= 1:
             found.append(("threshold", f"must be in (0, 1], got {self.threshold}"))
         if self.global_batch is not None and self.global_batch < 1:
@@ -123,8 +126,7 @@ class ScaleProgress:
 def plan_scaling(request: ScaleRequest, inventory: GpuInventory | None = None) -> ScalePlan:
     """Every count's devices and batch; a UserError (before any process) when impossible."""
     config = request.config
-    found = config.problems() + request.problems() + tensorflow_only(config.engine,
-                                                                     "scaling test")
+    found = config.problems() + request.problems()
     if found:
         raise ConfigError(found)
     inventory = inventory if inventory is not None else query_inventory()
@@ -156,7 +158,7 @@ def plan_scaling(request: ScaleRequest, inventory: GpuInventory | None = None) -
         plans.append(CountPlan(k, g, per, plan=_count_plan(full, k, inventory)))
     names = full.names if full.kind is DeviceKind.GPU else [
         f"CPU replica {i} (logical device CPU:{i})" for i in range(counts[-1])]
-    notes = [full.note]
+    notes = [full.note, JAX_NOTE if config.engine == Engine.JAX else ""]
     if request.mode is ScalingMode.STRONG:
         notes.append(even_batches_note(global_batch, counts))
     return ScalePlan(full.kind, tuple(plans), tuple(names), tuple(n for n in notes if n))
