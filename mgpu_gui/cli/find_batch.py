@@ -42,6 +42,7 @@ from mgpu_gui.core.tools.batch_search import (
     parse_memory,
     peak_text,
 )
+from mgpu_gui.core.tools.phases import phase_text
 
 SEARCH_FLAGS = {"start": "--start-batch", "max_batch": "--max-batch", "precision": "--tolerance",
                 "margin": "--margin", "steps": "--probe-steps", "min_steps": "--min-steps",
@@ -100,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     if found:
         raise ConfigError([(SEARCH_FLAGS.get(name, name), text) for name, text in found])
     cap = parse_memory(args.memory_cap) if args.memory_cap else None
-    show = ProbePrinter(sys.stderr, quiet=args.quiet)
+    show = ProbePrinter(sys.stderr, config.engine, quiet=args.quiet)
     finder = BatchFinder(BatchRequest(config, settings, cap), on_progress=show.progress,
                          on_report=show.report,
                          on_output=child_output(args))
@@ -125,7 +126,8 @@ def run(args: argparse.Namespace) -> int:
 class ProbePrinter:
     """A line per probe on stderr (a live phase line on a terminal)."""
 
-    def __init__(self, out: TextIO, quiet: bool = False):
+    def __init__(self, out: TextIO, engine: str, quiet: bool = False):
+        self.engine = engine
         self.quiet = quiet
         self.term = LiveLine(out, live=out.isatty() and not quiet)
         self._shown = 0
@@ -140,8 +142,7 @@ class ProbePrinter:
 
     def progress(self, p: BatchProgress) -> None:
         if p.phase in ("starting", "building", "training"):
-            what = {"starting": "starting TensorFlow", "building": "building the model",
-                    "training": "training"}[p.phase]
+            what = phase_text(p.phase, self.engine)
             self.term.show(f"[probe {p.probe}] batch {p.batch}: {what}…")
 
     def report(self, report: BatchReport) -> None:

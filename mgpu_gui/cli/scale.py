@@ -25,6 +25,7 @@ from mgpu_gui.cli.console import LiveLine
 from mgpu_gui.core.children.runner import cancel_on_interrupt
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.errors import ConfigError, UserError
+from mgpu_gui.core.tools.phases import phase_text
 from mgpu_gui.core.tools.scaling import (
     DEFAULT_STEPS,
     DEFAULT_THRESHOLD,
@@ -107,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     found = request.problems()
     if found:
         raise ConfigError([(SCALE_FLAGS.get(name, name), text) for name, text in found])
-    progress = ProgressPrinter(sys.stderr)
+    progress = ProgressPrinter(sys.stderr, config.engine)
     runner = ScaleRunner(request, on_progress=progress.show,
                          on_output=child_output(args))
     progress.kind = runner.plan().kind.value  # UserErrors before any process starts
@@ -141,7 +142,8 @@ def _export(report: ScalingReport, args: argparse.Namespace) -> None:
 class ProgressPrinter:
     """A live line on a terminal; a line per finished count otherwise (logs, CI)."""
 
-    def __init__(self, out: TextIO):
+    def __init__(self, out: TextIO, engine: str):
+        self.engine = engine
         self.term = LiveLine(out, live=out.isatty() and os.environ.get("TERM") != "dumb")
         self.kind = "gpu"  # "gpu" or "cpu", once the counts are planned
 
@@ -155,10 +157,9 @@ class ProgressPrinter:
             return
         if not self.term.live:
             return
-        what = {"starting": "starting TensorFlow", "building": "building the model",
-                "warmup": "warming up (compiling)"}.get(p.phase, "")
-        if p.phase == "timing":
-            what = f"timing step {p.step}/{p.steps}" if p.steps else "timing"
+        what = phase_text(p.phase, self.engine)
+        if p.phase == "timing" and p.steps:
+            what = f"timing step {p.step}/{p.steps}"
         self.term.show(f"[{p.index + 1}/{p.total}] {label}: {what}  {p.fraction:.0%}")
 
     def close(self) -> None:

@@ -41,6 +41,7 @@ from mgpu_gui.core.tools.batch_search import (
     probe_verdict,
     use_text,
 )
+from mgpu_gui.core.tools.phases import phase_text
 from mgpu_gui.gui.jobs.background_job import (
     BackgroundJob,
     JobDialog,
@@ -53,8 +54,6 @@ from mgpu_gui.gui.widgets.screen_fit import fit_to_screen
 from mgpu_gui.gui.widgets.tables import read_only_table
 
 COLUMNS = ("Batch per device", "Peak memory", "Time", "Result")
-PHASES = {"starting": "starting TensorFlow", "building": "building the model and data",
-          "training": "training a few steps"}
 
 
 class BatchFinderController(BackgroundJob):
@@ -99,9 +98,10 @@ class BatchFinderDialog(JobDialog):
         self.cap_spin.setSpecialValueText("memory available now" if cpu else "none")
         self.cap_spin.setAccessibleName("Memory cap")
         self.cap_spin.setToolTip(
-            "The most memory one probe may use (GB = 1000 MB). On a GPU: TensorFlow's peak "
-            "on the device; none means until the GPU runs out. On CPU: the probe's peak "
-            "resident memory; none means the memory available when the search starts.")
+            "The most memory one probe may use (GB = 1000 MB). On a GPU: the engine "
+            "allocator's peak on the device; none means until the GPU runs out. On CPU: the "
+            "probe's peak resident memory; none means the memory available when the search "
+            "starts.")
         self.max_spin = spin_box(1, 1 << 20, DEFAULT_MAX_BATCH, "Largest batch to try",
                               "Batches per device grow up to this (the training set may "
                               "allow less)")
@@ -196,9 +196,9 @@ class BatchFinderDialog(JobDialog):
         self.use_button.setText("&" + use_text(self.report) if ready else "&Use")
 
     def _on_progress(self, p: BatchProgress) -> None:
-        if p.phase in PHASES:
+        if p.phase in ("starting", "building", "training"):
             self.status.setText(f"Probe {p.probe}: batch {p.batch} per device, "
-                                f"{PHASES[p.phase]}…")
+                                f"{phase_text(p.phase, self.config.engine)}…")
 
     def _on_failed(self, message: str) -> None:
         self.status.setText(error_html(message))

@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 
 from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig
 from mgpu_gui.core.errors import UserError
+from mgpu_gui.core.tools.phases import phase_text
 from mgpu_gui.core.tools.scaling import (
     DEFAULT_STEPS,
     DEFAULT_THRESHOLD,
@@ -58,8 +59,6 @@ from mgpu_gui.gui.widgets.tables import read_only_table
 
 COLUMNS = ("Devices", "Global batch", "Per device", "Samples/s", "Speed-up", "Efficiency",
            "Input wait", "Step median", "Step p10–p90", "Status")
-PHASES = {"starting": "starting TensorFlow", "building": "building the model and data",
-          "warmup": "warming up (compiling the step)", "timing": "timing"}
 
 
 class ScalingDialog(JobDialog):
@@ -239,7 +238,7 @@ class ScalingDialog(JobDialog):
     def _on_progress(self, p: ScaleProgress) -> None:
         self.progress_bar.setValue(round(1000 * p.fraction))
         label = f"{p.devices} {device_word(self._kind(), p.devices)}"
-        phase = PHASES.get(p.phase, p.phase)
+        phase = phase_text(p.phase, self.config.engine)
         if p.phase == "timing" and p.steps:
             phase = f"timing step {p.step} of {p.steps}"
         self.status.setText(f"Count {p.index + 1} of {p.total}: {label}, {phase}…")
