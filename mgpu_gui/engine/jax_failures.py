@@ -55,7 +55,7 @@ _TRACE_ERRORS = {
                                ".item()) or used where a fixed value is needed",
 }
 _TRACER_ATTRIBUTE = re.compile(r"\w*Tracer has no attribute '?(?P<name>\w+)")
-_CALLBACK = re.compile(r"CpuCallback error[^\n]*\n(?P<tb>Traceback \(most recent call last\):"
+_CALLBACK = re.compile(r"CpuCallback error[^\n]*?(?P<tb>Traceback \(most recent call last\):"
                        r"\n.*)", re.DOTALL)
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>[^\n]+)')
 _STATUS = re.compile(r"^(?P<status>[A-Z][A-Z_]+): ")
