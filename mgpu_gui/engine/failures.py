@@ -278,6 +278,9 @@ def _jax_failed(failure: JaxFailure, error: BaseException, where: Where) -> User
     if failure.kind is JaxFailureKind.OUT_OF_MEMORY:
         return _out_of_memory(error, where, "JAX", failure.what)
     when, details = _when(where), _traceback_logged(error, where)
+    if failure.source is not None and failure.source is not error:
+        print("The error JAX raised, behind the one above:", file=sys.stderr)
+        log_traceback(failure.source)
     kept = f"{where.kept()} " if where.stage is not Stage.SETUP else ""
     line = f"{failure.origin}" if failure.origin else "the model's code"
     if failure.kind is JaxFailureKind.TENSORFLOW_OP:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 import sysconfig
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 
@@ -95,6 +95,8 @@ class JaxFailure:
     what: str  # in words: what the code did, or the error's first line
     origin: CodeLine | None = None
     status: str = ""  # XLA's status of a runtime error, e.g. "INTERNAL"
+    # The exception JAX raised: Keras' re-raise can hide it from a printed traceback.
+    source: BaseException | None = field(default=None, compare=False)
 
 
 def jax_failure(error: BaseException) -> JaxFailure | None:
@@ -104,7 +106,7 @@ def jax_failure(error: BaseException) -> JaxFailure | None:
     for cause in reversed(chain):  # the innermost says most
         failure = _read(cause, chain)
         if failure is not None:
-            return failure
+            return replace(failure, source=cause)
     return None
 
 
