@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import textwrap
 
 import numpy as np
@@ -31,6 +33,8 @@ from mgpu_gui.core.events import (  # noqa: E402
     RunStarted,
     RunStatus,
 )
+from mgpu_gui.core.runs.folder import RunDir  # noqa: E402
+from mgpu_gui.core.runs.store import RunState, RunStore  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.jax]
 NO_GPU = GpuInventory(NvmlState.NO_DRIVER)
@@ -119,3 +123,44 @@ def test_sigkill_of_the_jax_worker_then_resume(config, tmp_path):
     assert resumed.outcome().status is RunStatus.COMPLETED, resumed.outcome().message
     assert next(e for e in events if isinstance(e, RunStarted)).initial_epoch == 1
     assert [e.epoch for e in events if isinstance(e, EpochEnd)] == [1]
+
+
+def test_tensorflow_ops_in_a_model_fail_on_jax_at_the_first_step_in_plain_words(config,
+                                                                                tmp_path):
+    """A layer written for TensorFlow (tf.* in its training branch) builds on JAX, then
+    fails while JAX traces the first step: the CLI says so, naming the line, with no
+    traceback; the run folder keeps worker.log and the store records the failure."""
+    model = tmp_path / "tf_layer.py"
+    model.write_text(textwrap.dedent("""
+        import keras
+        import tensorflow as tf
+
+
+        class Noisy(keras.layers.Layer):
+            def call(self, x, training=None):
+                if training:
+                    return x + tf.random.normal(tf.shape(x), stddev=0.1)
+                return x
+
+
+        def build_model(input_shape, num_classes):
+            return keras.Sequential([keras.Input(input_shape), keras.layers.Flatten(),
+                                     Noisy(), keras.layers.Dense(num_classes)])
+    """))
+    out = tmp_path / "runs"
+    done = subprocess.run(
+        [sys.executable, "-m", "mgpu_gui.cli.main", "train", "--engine", "jax", "--cpu",
+         "--replicas", "2", "--model", str(model), "--data", config.data, "--epochs", "1",
+         "--batch-per-replica", "8", "-o", str(out)],
+        capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.startswith(
+        "error: This model's code runs on the tensorflow engine but not on JAX: it calls "
+        "TensorFlow on the model's tensors in epoch 1 at step 1 of 36 (tf_layer.py, line 9, "
+        "in Noisy.call: `return x + tf.random.normal(tf.shape(x), stddev=0.1)`)")
+    assert "--engine tensorflow" in done.stderr and "Traceback" not in done.stdout + done.stderr
+    (run_dir,) = [RunDir(p) for p in out.iterdir()]
+    assert "TracerArrayConversionError" in run_dir.worker_log.read_text()
+    assert run_dir.backup_epoch() == 0
+    (record,) = RunStore().runs()
+    assert record.status is RunState.FAILED and record.message == done.stderr[7:].strip()

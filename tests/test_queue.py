@@ -29,6 +29,7 @@ from mgpu_gui.core.devices.telemetry import ProcessInfo
 from mgpu_gui.core.errors import DeviceError, UserError
 from mgpu_gui.core.runs import claims
 from mgpu_gui.core.runs.claims import DevicesBusyError
+from mgpu_gui.core.runs.folder import RunDir
 from mgpu_gui.core.runs.queue import JobQueue, JobState, QueuedJob, runner_pid, schedule
 from mgpu_gui.core.runs.store import RunState, RunStore
 from tests.helpers.waiting import wait_for
@@ -403,3 +404,34 @@ def test_a_job_an_earlier_runner_died_starting_fails_instead_of_training_twice(t
     stuck = queue.get(job.id)
     assert stuck.state is JobState.FAILED and "may be in the Runs tab" in stuck.message
     assert queue.get(other.id).state is JobState.QUEUED
+
+
+@pytest.mark.slow
+@pytest.mark.jax
+def test_a_queued_jax_job_claims_its_gpus_and_trains_on_the_jax_engine(fake_four, tiny_data,
+                                                                        tmp_path, stop_runner):
+    pytest.importorskip("jax", reason="the JAX engine's tests need jax")
+    model, data = tiny_data
+    np.savez(data, **{k: v[:160] for k, v in np.load(data).items()})  # 9 steps of 16
+    no_export = tmp_path / "no_export.json"  # the export's check in a fresh process: seconds
+    no_export.write_text(json.dumps(RunConfig(export_formats=()).to_dict()))
+    assert cli.main(["queue", "add", "--config", str(no_export), "--engine", "jax",
+                     "--gpus", "1,2", "--model", str(model),
+                     "--data", str(data), "--epochs", "1", "--batch", "8",
+                     "-o", str(tmp_path / "runs")]) == 0
+    store = RunStore()
+    queue = JobQueue(store)
+    assert queue.get(1).config.engine == "jax"
+    wait_for(lambda: queue.get(1).run_id is not None and store.get(
+        queue.get(1).run_id).status is not RunState.RUNNING, 120, "the job's run to end")
+    run = store.get(queue.get(1).run_id)
+    assert run.status is RunState.COMPLETED and run.epochs_done == 1, run.message
+    assert json.loads(store.database.db.execute(
+        "SELECT claims FROM runs WHERE id = ?", (run.id,)).fetchone()[0]) == [
+        "GPU-fake-1", "GPU-fake-2"]
+    run_dir = RunDir(run.run_dir)
+    assert run_dir.read_config().engine == "jax"
+    started = next(json.loads(line) for line in run_dir.events_jsonl.read_text().splitlines()
+                   if json.loads(line)["type"] == "run_started")
+    assert started["devices"] == ["cpu:0", "cpu:1"]
+    assert started["cross_device_ops"].startswith("DataParallel over cpu:0, cpu:1 (JAX ")

@@ -16,6 +16,8 @@ Measured with TensorFlow 2.21 / Keras 3.15:
   InvalidArgumentError ("Invalid PNG data, size 80", "jpeg::Uncompress failed")
   naming no file, so the files are decoded again one by one to find it.
 
+JAX's failures (engine/jax_failures.py reads them) get the same shape of message.
+
 Each error class says whether a resume can get past it (`UserError.resumable`);
 a message of one that cannot (NaN loss, out of memory, bad data) suggests none.
 """
@@ -38,6 +40,7 @@ from mgpu_gui.core.runs import checkpoints as ckpt
 from mgpu_gui.core.runs.folder import RunDir
 from mgpu_gui.engine import pipeline
 from mgpu_gui.engine.callbacks import EpochCheckpoints, EpochTracker, NonFiniteWeights
+from mgpu_gui.engine.jax_failures import JaxFailure, JaxFailureKind, jax_failure
 
 _MAX_TEXT = 600
 # "(0) INVALID_ARGUMENT:  ValueError: boom\nTraceback (most recent call last):\n ..."
@@ -64,6 +67,10 @@ class OutOfMemoryError(UserError):
 
 class ModelCodeError(UserError):
     """Code that runs during training (most likely the model's own) raised an exception."""
+
+
+class XlaError(UserError):
+    """JAX's compiler or runtime (XLA) failed: an error inside JAX, not in the model's code."""
 
 
 class ExportDiskFullError(ckpt.DiskFullError, ExportError):
@@ -143,6 +150,9 @@ def explain_failure(error: BaseException, where: Where) -> BaseException:
     failure = ckpt.write_failure(error, where.run_dir.path)
     if failure is not None:
         return _write_failed(failure, error, where)
+    jax = jax_failure(error)  # also behind a UserError: a .py builder's ModelError
+    if jax is not None:
+        return _jax_failed(jax, error, where)
     if isinstance(error, UserError):
         return error
     if isinstance(error, NonFiniteWeights):
@@ -192,7 +202,8 @@ def _write_failed(failure: str, error: BaseException, where: Where) -> UserError
     return ExportError(message) if where.stage is Stage.EXPORT else OutputError(message)
 
 
-def _out_of_memory(error: BaseException, where: Where) -> OutOfMemoryError:
+def _out_of_memory(error: BaseException, where: Where, said_by: str = "TensorFlow",
+                   said: str | None = None) -> OutOfMemoryError:
     log_traceback(error)
     per, replicas = where.config.batch_per_replica, where.replicas
     gpu = where.plan.kind is DeviceKind.GPU
@@ -200,9 +211,7 @@ def _out_of_memory(error: BaseException, where: Where) -> OutOfMemoryError:
     devices = f"the {replicas} {kind}{'s' if replicas != 1 else ''} in use"
     if where.plan.names:
         devices += f" ({'; '.join(where.plan.names)})"
-    when = {Stage.SETUP: "while building the model", Stage.TRAINING: where.at(),
-            Stage.EVALUATION: "while evaluating the test set",
-            Stage.EXPORT: "while exporting the model"}[where.stage]
+    when = _when(where)
     if per > 1:
         half = per // 2
         advice = (f"Use a smaller batch per replica, e.g. {half} (--batch-per-replica {half}; "
@@ -211,11 +220,11 @@ def _out_of_memory(error: BaseException, where: Where) -> OutOfMemoryError:
         advice = ("The batch per replica is already 1: use a smaller model, or devices with "
                   "more memory.")
     kept = f" {where.kept()}" if where.stage is not Stage.SETUP else ""
-    said = _first_line(getattr(error, "message", None) or str(error))
+    said = _first_line(said or getattr(error, "message", None) or str(error))
     return OutOfMemoryError(
         f"Out of memory {when} on {devices}, with a batch of {per} per replica (global batch "
         f"{where.global_batch} = {per} x {replicas} replicas). {advice}{kept} "
-        f"TensorFlow said: {said}")
+        f"{said_by} said: {said}")
 
 
 def _non_finite(where: Where) -> NonFiniteLossError:
@@ -242,9 +251,7 @@ def _image_failed(message: str, where: Where) -> DataError:
 
 
 def _code_failed(error: BaseException, where: Where) -> ModelCodeError:
-    log_traceback(error)
-    details = (f"The full traceback is in worker.log in the run folder {where.run_dir.path} "
-               f"(and in the details).")
+    details = _traceback_logged(error, where)
 
     py_func = _PY_FUNC.search(getattr(error, "message", None) or str(error)) if isinstance(
         error, tf.errors.OpError) else None
@@ -264,6 +271,57 @@ def _code_failed(error: BaseException, where: Where) -> ModelCodeError:
         f"It was raised by code that runs during training, most likely the model's own "
         f"(custom layers, losses or metrics). {where.kept()} Fix the code, "
         f"{where.then_go_on()}. {details}")
+
+
+def _jax_failed(failure: JaxFailure, error: BaseException, where: Where) -> UserError:
+    """JAX's failures, said as the TensorFlow ones are: what, where, what is kept, what to do."""
+    if failure.kind is JaxFailureKind.OUT_OF_MEMORY:
+        return _out_of_memory(error, where, "JAX", failure.what)
+    when, details = _when(where), _traceback_logged(error, where)
+    if failure.source is not None and failure.source is not error:
+        print("The error JAX raised, behind the one above:", file=sys.stderr)
+        log_traceback(failure.source)
+    kept = f"{where.kept()} " if where.stage is not Stage.SETUP else ""
+    line = f"{failure.origin}" if failure.origin else "the model's code"
+    if failure.kind is JaxFailureKind.TENSORFLOW_OP:
+        return ModelCodeError(
+            f"This model's code runs on the tensorflow engine but not on JAX: it calls "
+            f"TensorFlow on the model's tensors {when} ({line}), and TensorFlow cannot take "
+            f"JAX's arrays. {kept}Train it on the tensorflow engine (--engine tensorflow; "
+            f"'Engine' in the app), or use keras.ops in place of the tf.* functions, "
+            f"{where.then_go_on()}. {details}")
+    if failure.kind is JaxFailureKind.TRACE:
+        return ModelCodeError(
+            f"The model's code cannot run under JAX's jit: {failure.what} in {line}, {when}. "
+            f"JAX compiles each step from a trace with placeholder tensors, which have no "
+            f"values for Python to test or convert. {kept}Write that line with keras.ops "
+            f"(keras.ops.cond or keras.ops.where in place of if, x.astype in place of float() "
+            f"or int()), {where.then_go_on()}. {details}")
+    if failure.kind is JaxFailureKind.CALLBACK:
+        return ModelCodeError(
+            f"The model's code raised {_clip(failure.what)} {when} ({line}), inside a "
+            f"jax.pure_callback. Training stopped. {kept}Fix the code, {where.then_go_on()}. "
+            f"{details}")
+    return XlaError(
+        f"JAX's compiler or runtime (XLA) failed {when}: {_clip(failure.what)}. This is an "
+        f"error inside JAX, not in the model's Python code. {kept}Train on the tensorflow "
+        f"engine (--engine tensorflow), or try another JAX version. {details}")
+
+
+def _when(where: Where) -> str:
+    return {Stage.SETUP: "while building the model", Stage.TRAINING: where.at(),
+            Stage.EVALUATION: "while evaluating the test set",
+            Stage.EXPORT: "while exporting the model"}[where.stage]
+
+
+def _traceback_logged(error: BaseException, where: Where) -> str:
+    """Log the traceback; the sentence that points the user to it. A run that fails in
+    setup leaves no folder (the supervisor removes it): the details keep it then."""
+    log_traceback(error)
+    if where.stage is Stage.SETUP:
+        return "The full traceback is in the details."
+    return (f"The full traceback is in worker.log in the run folder {where.run_dir.path} "
+            f"(and in the details).")
 
 
 def _first_line(text: str) -> str:
