@@ -337,9 +337,9 @@ def test_export_command_with_relative_paths(models, tmp_path):
     code, out, err = run_subprocess("export", "model.keras", "-o", "copy.keras", cwd=tmp_path)
     assert code == 0, out + err
     assert "Exported keras model" in out and (tmp_path / "copy.keras").is_file()
-    from mgpu_gui.core.eventtext import is_startup_noise
+    from mgpu_gui.core.eventtext import is_noise
 
-    assert not [line for line in (out + err).splitlines() if is_startup_noise(line)], err
+    assert not [line for line in (out + err).splitlines() if is_noise(line)], err
 
 
 # -- acceptance ----------------------------------------------------------------

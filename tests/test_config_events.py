@@ -126,11 +126,15 @@ def test_progress_and_eta():
         "loss 0.5  acc 0.8  val_acc 0.9")
 
 
-def test_tensorflow_startup_chatter_is_recognised_and_user_output_is_not():
-    from mgpu_gui.core.eventtext import is_startup_noise
+def test_startup_chatter_and_native_stacks_are_noise_and_user_output_is_not():
+    from mgpu_gui.core.eventtext import is_noise
 
-    assert is_startup_noise("I0000 00:00:1795242273.311264 22793 port.cc:153] oneDNN custom "
-                            "operations are on. You may see slightly different numerical")
-    assert is_startup_noise("WARNING: All log messages before absl::InitializeLog() is called")
-    assert not is_startup_noise("epoch 3: my custom callback says hello")
-    assert not is_startup_noise("Traceback (most recent call last):")
+    assert is_noise("I0000 00:00:1795242273.311264 22793 port.cc:153] oneDNN custom "
+                    "operations are on. You may see slightly different numerical")
+    assert is_noise("WARNING: All log messages before absl::InitializeLog() is called")
+    assert not is_noise("epoch 3: my custom callback says hello")
+    assert not is_noise("Traceback (most recent call last):")
+    # an aborting XLA: its telling line stays, the native stack under it goes
+    assert not is_noise("F1125 10:02:03.1 rendezvous.cc:161] Termination timeout for all-reduce")
+    assert is_noise("*** Check failure stack trace: ***")
+    assert is_noise("    @     0x7f3a2c1d9e4b  absl::log_internal::LogMessageFatal()")

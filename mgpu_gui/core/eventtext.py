@@ -105,11 +105,14 @@ def finished_line(event: RunFinished) -> str:
     return f"{done}: {event.epochs_done} epochs{best}."
 
 
-# What TensorFlow prints at every start whatever the run; worker.log keeps it all.
-_STARTUP_NOISE = re.compile(
+# What TensorFlow prints at every start whatever the run, and the native stack addresses
+# an aborting XLA or TensorFlow prints under its one telling line ("F rendezvous.cc:161
+# Termination timeout ..."); worker.log keeps it all.
+_NOISE = re.compile(
     r"All log messages before absl::InitializeLog|oneDNN custom operations are on|"
     r"cudart_stub\.cc|Could not find cuda drivers|failed call to cuInit|"
-    r"This TensorFlow binary is optimized|rebuild TensorFlow with the appropriate compiler")
+    r"This TensorFlow binary is optimized|rebuild TensorFlow with the appropriate compiler|"
+    r"^\s*@\s+0x[0-9a-f]+\s|\*\*\* Check failure stack trace")
 
 
 def best_text(metric: str | None, value: float | None, epoch: int | None) -> str | None:
@@ -120,6 +123,7 @@ def best_text(metric: str | None, value: float | None, epoch: int | None) -> str
     return f"{metric} {value:.4g} (epoch {epoch + 1})"
 
 
-def is_startup_noise(line: str) -> bool:
-    """TensorFlow's start-up chatter, hidden from the GUI's log (not from worker.log)."""
-    return bool(_STARTUP_NOISE.search(line))
+def is_noise(line: str) -> bool:
+    """Output no user reads, hidden from the GUI's log and crash messages (not from
+    worker.log)."""
+    return bool(_NOISE.search(line))

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Generic, TypeVar
 
-from mgpu_gui.core.eventtext import is_startup_noise
+from mgpu_gui.core.eventtext import is_noise
 
 OUTPUT_TAIL_LINES = 12
 CHILD_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
@@ -176,7 +176,7 @@ def died_text(code: int, tail: Sequence[str], log: Path | None = None) -> tuple[
             how = f"was killed by signal {-code}"
     else:
         how = f"exited with code {code}"
-    said = [line for line in tail if not is_startup_noise(line)][-4:]
+    said = [line for line in tail if not is_noise(line)][-4:]
     last = " Last output: " + " | ".join(said) if said else ""
     if log is not None:
         last += f" Its full output is in {log}."

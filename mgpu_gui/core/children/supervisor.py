@@ -36,7 +36,7 @@ from mgpu_gui.core.events import (
     RunStatus,
     parse_event,
 )
-from mgpu_gui.core.eventtext import best_text, is_startup_noise
+from mgpu_gui.core.eventtext import best_text, is_noise
 from mgpu_gui.core.runs import claims, preflight
 from mgpu_gui.core.runs.diagnosis import Diagnostician, InputSettings
 from mgpu_gui.core.runs.finish_hook import FinishedRun, run_finish_command
@@ -411,7 +411,7 @@ class WorkerProcess:
                 return RunOutcome(RunStatus.FAILED, event.message, event.traceback, code,
                                   self.events_seen)
         how = f"was killed by {_signal_name(-code)}" if code < 0 else f"exited with code {code}"
-        said = [line for line in self.output_tail if not is_startup_noise(line)]
+        said = [line for line in self.output_tail if not is_noise(line)]
         tail = "\n".join(said[-MESSAGE_TAIL_LINES:]) or "(nothing besides TensorFlow's start-up)"
         if self.run.temporary:
             kept = "The chief's run folder keeps the completed epochs."

@@ -9,7 +9,7 @@ from PySide6.QtGui import QFontDatabase
 from PySide6.QtWidgets import QAbstractSlider, QPlainTextEdit, QTabWidget, QWidget
 
 from mgpu_gui.core.events import Event, RunStarted
-from mgpu_gui.core.eventtext import event_lines, is_startup_noise
+from mgpu_gui.core.eventtext import event_lines, is_noise
 
 MAX_LINES = 20_000  # older lines scroll away; worker.log in the run folder keeps all
 
@@ -70,7 +70,7 @@ class LogPanel(QTabWidget):
 
     def append_output(self, line: str) -> None:
         """A line the worker printed (TensorFlow, Keras, user code)."""
-        if line.strip() and not is_startup_noise(line):
+        if line.strip() and not is_noise(line):
             self.log.appendPlainText(f"         | {line}")
 
     def append_message(self, text: str) -> None:
