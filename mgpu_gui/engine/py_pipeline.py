@@ -10,13 +10,14 @@ made before, epoch e's order is a function of (seed, e) alone, set by a
 callback as each epoch begins (`EpochOrder`): a resumed run sees the order the
 uninterrupted run would have.
 
-Workers: none by default (batches are made on the training thread, between
-steps). Measured on the demo with 2 CPU devices (tests/benchmarks/pipelines.py):
-threads gave nothing back for arrays (a batch is one fancy-indexing copy, far
-below a step) and processes cost more (Keras starts a fresh pool every epoch,
-by fork, in a process that runs JAX's threads, which JAX warns may deadlock).
-An image folder decodes with Pillow, which releases the GIL: there
-`IMAGE_WORKERS` threads overlap decoding with the step.
+Workers: 2 threads (`WORKERS`), which make the next batches while JAX runs the
+step. Measured on the demo with 2 CPU devices (tests/benchmarks/pipelines.py,
+samples/s against tf.data's): no workers x0.80 (each batch is made on the
+training thread, between steps), 2 threads x0.97, 4 threads x0.98, 2 processes
+x0.70 (Keras starts a fresh pool every epoch, by fork, in a process that runs
+JAX's threads), grain (a MapDataset read ahead by its threads) x0.76. On an
+image folder Pillow releases the GIL while it decodes, so threads overlap
+decoding too.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from mgpu_gui.engine.data_source import (
     take,
 )
 
-IMAGE_WORKERS = 4  # threads decoding an image folder's batches ahead of the step
+WORKERS = 2  # threads making batches ahead of the step (see the module's measurements)
 
 
 def load_data(config: RunConfig) -> PreparedData:
@@ -95,7 +96,7 @@ class SplitBatches(keras.utils.PyDataset):
 
     def __init__(self, data: Split, global_batch: int, *, shuffle: bool, seed: int | None,
                  labels: np.ndarray, reader: ImageReader | None = None, cache: bool = False,
-                 workers: int = 0):
+                 workers: int = WORKERS):
         super().__init__(workers=workers, use_multiprocessing=False)
         self.data, self.labels, self.reader = data, labels, reader
         self.global_batch, self.shuffle, self.seed = global_batch, shuffle, seed
@@ -151,10 +152,8 @@ def batch_for_training(data: Split, global_batch: int, *, shuffle: bool, seed: i
     """`data`'s batches under tf.data's rules (see the module); a DataError when it holds
     less than one global batch."""
     check_one_batch(size(data), global_batch, replicas, what)
-    from_files = isinstance(data, Files)
     return SplitBatches(data, global_batch, shuffle=shuffle, seed=seed, labels=labels,
-                        reader=reader if from_files else None, cache=cache,
-                        workers=IMAGE_WORKERS if from_files else 0)
+                        reader=reader if isinstance(data, Files) else None, cache=cache)
 
 
 def batches_of(config: RunConfig, prepared: PreparedData, relabel: LabelMap | None,
