@@ -2,8 +2,8 @@
 
 In one run, in one child process (KERAS_BACKEND=jax, 2 CPU devices by default),
 the same model and strategy (`training.prepare`, as a run builds them) train
-the demo (or, with --images N, a synthetic folder of N PNG images, decoded and
-resized every epoch: no cache) fed by:
+the demo (or, with --images N, a synthetic folder of N 96x96 PNG images, decoded
+and resized to 8x8 every epoch: no cache, a cheap model) fed by:
   - tf.data: the app's pipeline (engine/pipeline.py), one iterator for the run;
   - PyDataset: the Python pipeline (engine/py_pipeline.py) with 0 workers (batches
     made on the training thread), 2 and 4 worker threads, and 2 worker processes;
@@ -66,7 +66,7 @@ def child(args: argparse.Namespace) -> None:
 
     data = args.data or "demo"
     config = RunConfig(model="demo", data=data, batch_per_replica=args.batch, engine="jax",
-                       image_size=(32, 32), cache="off",
+                       image_size=(8, 8), cache="off",
                        devices=DeviceSelection(kind=DeviceKind.CPU, replicas=args.replicas))
     keras.utils.set_random_seed(config.seed)
 
@@ -149,7 +149,8 @@ def main() -> None:
                    p for p in (str(Path(__file__).parent), os.environ.get("PYTHONPATH")) if p)}
         out = subprocess.run(command, check=True, capture_output=True, text=True, env=env)
     figures = json.loads(out.stdout.strip().splitlines()[-1])
-    what = f"{args.images} PNG images (32x32)" if args.images else "the demo"
+    what = (f"{args.images} PNG images (96x96 decoded, resized to 8x8)" if args.images
+            else "the demo")
     print(f"JAX engine on {args.replicas} CPU devices, {what}, global batch "
           f"{args.batch * args.replicas}: training samples/s (median of epochs "
           f"{SKIPPED_EPOCHS + 1}-{args.epochs} of {args.rounds} alternating rounds)")
