@@ -23,7 +23,7 @@ from mgpu_gui.core.config import RunConfig  # noqa: E402
 from mgpu_gui.core.datasets import fit_check  # noqa: E402
 from mgpu_gui.core.errors import DataError, ModelError  # noqa: E402
 from mgpu_gui.core.modelfiles.inspection import inspect_model_file  # noqa: E402
-from mgpu_gui.engine import models  # noqa: E402
+from mgpu_gui.engine import models, pipeline, py_pipeline  # noqa: E402
 
 RNG = np.random.default_rng(0)
 X = RNG.random((32, 4), dtype=np.float32)
@@ -238,8 +238,12 @@ def test_loss_wants_onehot_and_label_conversion(strategy, files):
         relabel, line = models.label_mapper(wants_onehot, kind, 3)
         if relabel is None:
             return None, line
-        ds = tf.data.Dataset.from_tensor_slices((np.zeros((len(y), 2)), y)).map(relabel)
-        return np.stack([label.numpy() for _, label in ds]), line
+        ds = pipeline.relabeled(tf.data.Dataset.from_tensor_slices((np.zeros((len(y), 2)), y)),
+                                relabel, 3)
+        by_tf = np.stack([label.numpy() for _, label in ds])
+        # The Python pipeline (no TensorFlow) changes them the same way.
+        np.testing.assert_array_equal(py_pipeline.relabeled(y, relabel, 3), by_tf)
+        return by_tf, line
 
     onehot, line = mapped(np.array([0, 2, 1]), True, "sparse")
     np.testing.assert_array_equal(onehot, np.eye(3)[[0, 2, 1]])

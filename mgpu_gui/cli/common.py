@@ -30,7 +30,7 @@ from mgpu_gui.core.config import (
     ReduceLROnPlateauConfig,
     RunConfig,
 )
-from mgpu_gui.core.engines import ENGINES, Engine
+from mgpu_gui.core.engines import ENGINES, INPUT_PIPELINES, Engine
 from mgpu_gui.core.errors import ConfigError, UserError, WeightsUnavailable
 from mgpu_gui.core.events import (
     EvaluationDone,
@@ -63,6 +63,7 @@ FLAGS = {  # RunConfig fields as the flags a CLI user typed
     "lr_scaling.warmup_epochs": "--warmup-epochs", "lr_scaling.enabled": "--scale-lr",
     "freeze_epochs": "--freeze-epochs", "unfreeze": "--unfreeze",
     "fine_tune_lr": "--fine-tune-lr", "engine": "--engine",
+    "input_pipeline": "--input-pipeline",
 }
 
 
@@ -154,6 +155,10 @@ def add_train_arguments(p: argparse.ArgumentParser, *, hidden: Collection[str] =
         help="the Keras backend: tensorflow (MirroredStrategy) or jax (DataParallel, "
              "BatchNorm always synchronised; needs the jax extra) (default "
              f"{Engine.TENSORFLOW.value})")
+    add(p, "--input-pipeline", dest="input_pipeline", choices=INPUT_PIPELINES,
+        help="what feeds the batches: tf.data, or python (a keras PyDataset, the jax engine "
+             "only, needs no TensorFlow; no --augment, no disk cache); auto: tf.data where "
+             "TensorFlow is installed (default auto)")
     add(p, "--image-size", help="HxW for image folders (default 64x64)")
     add(p, "--rescale", type=float, help="pixel scale for image folders (default 1/255)")
     add(p, "--augment", metavar="SPEC",
@@ -223,7 +228,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
                  "epochs", "optimizer", "learning_rate", "loss", "rescale", "seed",
                  "output_dir", "run_name", "custom_objects", "precision", "builder",
                  "pretrained", "augment", "cache", "freeze_epochs", "unfreeze",
-                 "fine_tune_lr", "engine"):
+                 "fine_tune_lr", "engine", "input_pipeline"):
         value = getattr(args, name)
         if value is not None:
             changes[name] = value

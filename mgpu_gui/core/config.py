@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mgpu_gui.core.augment import AugmentSpecError, parse_augment
-from mgpu_gui.core.engines import Engine, engine_problems
+from mgpu_gui.core.engines import Engine, InputPipeline, engine_problems, pipeline_problems
 from mgpu_gui.core.errors import ConfigError
 from mgpu_gui.core.modelfiles.builtins import NO_WEIGHTS, architecture, pretrained_problem
 from mgpu_gui.core.plain import to_plain
@@ -133,6 +133,7 @@ class RunConfig:
     tensorboard: bool = False
     batch_event_interval_s: float = 0.25
     engine: str = Engine.TENSORFLOW.value  # the Keras backend (core/engines.py)
+    input_pipeline: str = InputPipeline.AUTO.value  # what feeds the batches (core/engines.py)
 
     # -- serialisation -------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -175,6 +176,15 @@ class RunConfig:
         """What the pipeline multiplies pixels by: 1 for a built-in architecture, whose
         own preprocessing inside the model takes raw 0-255 pixels (so does its export)."""
         return 1.0 if architecture(self.model) is not None else self.rescale
+
+    @property
+    def augmenting(self) -> bool:
+        """Whether training images are varied (False for a spec that does not parse:
+        `problems` says so)."""
+        try:
+            return bool(parse_augment(self.augment).active)
+        except AugmentSpecError:
+            return False
 
     @property
     def unfreeze_layers(self) -> int | None:
@@ -259,6 +269,9 @@ class RunConfig:
             found.append(("batch_event_interval_s", "must be 0 or more"))
         found += _transfer_problems(self)
         found += engine_problems(self.engine, jit_compile=self.jit_compile)
+        found += pipeline_problems(self.engine, self.input_pipeline,
+                                   augment=self.augmenting, cache=self.cache,
+                                   export_formats=self.export_formats)
         return found
 
     def check(self) -> None:

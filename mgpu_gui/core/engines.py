@@ -25,10 +25,21 @@ HOST_DEVICES_FLAG = "--xla_force_host_platform_device_count"
 
 class Engine(StrEnum):
     TENSORFLOW = "tensorflow"  # MirroredStrategy, tf.data (engine/strategy.py)
-    JAX = "jax"  # keras.distribution.DataParallel, tf.data feeding it (engine/jax_strategy.py)
+    JAX = "jax"  # keras.distribution.DataParallel (engine/jax_strategy.py)
+
+
+class InputPipeline(StrEnum):
+    """What feeds the batches: tf.data (engine/pipeline.py), or a keras.utils.PyDataset that
+    needs no TensorFlow (engine/py_pipeline.py; the JAX engine only). AUTO: tf.data where
+    TensorFlow is installed, else the Python one."""
+
+    AUTO = "auto"
+    TF_DATA = "tf.data"
+    PYTHON = "python"
 
 
 ENGINES = tuple(e.value for e in Engine)
+INPUT_PIPELINES = tuple(p.value for p in InputPipeline)
 CLUSTER_REFUSAL = ("engine", "a run across several machines (mgpu-train worker) trains on the "
                              "tensorflow engine only; JAX's multi-process training is not "
                              "supported yet")
@@ -38,8 +49,52 @@ def installed(engine: Engine) -> bool:
     """Whether `engine`'s framework can be imported here (looked up, not imported)."""
     try:
         return importlib.util.find_spec(engine.value) is not None
-    except ImportError:  # an import hook that refuses the name: not importable here either
+    except ImportError:  # an import hook that hides the package says so by raising
         return False
+
+
+def resolve_pipeline(engine: str, choice: str) -> InputPipeline:
+    """The pipeline a run on `engine` uses for `choice` (AUTO resolved here: this process's
+    TensorFlow decides, so the worker resolves it again where it runs)."""
+    wanted = InputPipeline(choice)
+    if wanted is not InputPipeline.AUTO:
+        return wanted
+    if engine == Engine.JAX and not installed(Engine.TENSORFLOW):
+        return InputPipeline.PYTHON
+    return InputPipeline.TF_DATA
+
+
+def pipeline_problems(engine: str, choice: str, *, augment: bool, cache: str,
+                      export_formats: tuple[str, ...]) -> list[tuple[str, str]]:
+    """What the run's input pipeline (and, without TensorFlow, its export) cannot do here,
+    as RunConfig.problems pairs: refused at setup, never mid-run."""
+    if choice not in INPUT_PIPELINES:
+        return [("input_pipeline", f"unknown input pipeline {choice!r}; use one of "
+                                   f"{', '.join(INPUT_PIPELINES)}")]
+    if engine not in ENGINES:
+        return []  # engine_problems says so
+    has_tf = installed(Engine.TENSORFLOW)
+    found = []
+    pipeline = resolve_pipeline(engine, choice)
+    if pipeline is InputPipeline.TF_DATA and not has_tf:
+        found.append(("input_pipeline", "the tf.data pipeline needs TensorFlow, which is not "
+                                        "installed here; use --input-pipeline python (or auto)"))
+    if pipeline is InputPipeline.PYTHON:
+        if engine != Engine.JAX:
+            found.append(("input_pipeline", "the python input pipeline feeds the jax engine "
+                                            "only; the tensorflow engine takes tf.data"))
+        why = ("TensorFlow is not installed" if not has_tf
+               else "the python input pipeline was chosen")
+        if augment:
+            found.append(("augment", f"augmentation runs in tf.data and {why}; turn "
+                                     f"augmentation off or train with TensorFlow installed"))
+        if cache == "disk":
+            found.append(("cache", f"the disk cache is tf.data's and {why}; use auto or "
+                                   f"memory"))
+    if engine == Engine.JAX and not has_tf and "savedmodel" in export_formats:
+        found.append(("export_formats", "a SavedModel export needs TensorFlow, which is not "
+                                        "installed here; export keras or h5"))
+    return found
 
 
 def installed_engines() -> list[Engine]:

@@ -8,6 +8,10 @@ first, and `tf_facts` captures what TensorFlow prints as it starts.
 
 Keras-level modules (models, callbacks, export, unwrap, precision, demo) are
 backend-neutral in what they do; the TensorFlow-specific ones (strategy,
-pipeline, xla, multiworker, tf_facts) have one JAX counterpart so far:
-jax_strategy (DataParallel behind the strategy's interface; tf.data still feeds it).
+pipeline, xla, multiworker, tf_facts) have JAX counterparts: jax_strategy
+(DataParallel behind the strategy's interface) and py_pipeline (a PyDataset, no
+TensorFlow; inputs.py chooses it or tf.data). A JAX run on py_pipeline imports
+no TensorFlow: the modules on its path (training, inputs, data_source, models,
+callbacks, export, failures, input_wait, xla) import it inside the functions
+that only the tensorflow engine or tf.data reach.
 """

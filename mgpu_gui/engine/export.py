@@ -3,8 +3,9 @@
 Why the care: an export is what users ship, so a broken one must never replace a
 good one. Each export is written under a temporary name in the target's folder,
 reloaded in a fresh Python process (no strategy, `CUDA_VISIBLE_DEVICES=""`, so
-nothing of the training process or its GPUs helps it load; always on Keras'
-TensorFlow backend, so a JAX run's export is checked to load there), its predictions on
+nothing of the training process or its GPUs helps it load; on Keras' TensorFlow
+backend wherever TensorFlow is installed, so a JAX run's export is checked to load
+there, else on the training's own backend), its predictions on
 a sample compared with the in-memory model's, and only then renamed over the
 target. A model built under `MirroredStrategy` saves as the plain single-device
 model: the files hold values, not distributed variables.
@@ -40,11 +41,11 @@ from typing import Any
 
 import keras
 import numpy as np
-import tensorflow as tf
 
 from mgpu_gui.core.children.launch import module_command
 from mgpu_gui.core.children.runner import ChildProcesses, died_text
 from mgpu_gui.core.config import EXPORT_FORMATS
+from mgpu_gui.core.engines import Engine, installed
 from mgpu_gui.core.errors import ExportError
 from mgpu_gui.core.events import ExportFailed, ExportReloaded, parse_event
 from mgpu_gui.core.modelfiles.card import (
@@ -374,8 +375,12 @@ def _run_verifier(fmt: str, path: Path, x: np.ndarray, safe_mode: bool,
         # export must load without the training GPUs.
         root = str(Path(__file__).resolve().parents[2])
         # And on the TensorFlow engine whatever trained it: a JAX run's export must load
-        # there too (the worker's KERAS_BACKEND=jax would otherwise be inherited).
-        env = {"CUDA_VISIBLE_DEVICES": "", "KERAS_BACKEND": "tensorflow",
+        # there too (the worker's KERAS_BACKEND=jax would otherwise be inherited). Where
+        # TensorFlow is not installed (a JAX-only machine), on the backend that trained it.
+        backend = (Engine.TENSORFLOW.value if installed(Engine.TENSORFLOW)
+                   else keras.backend.backend())
+        # JAX_PLATFORMS: a JAX run on GPUs would pass on "cuda", which no GPU can satisfy.
+        env = {"CUDA_VISIBLE_DEVICES": "", "KERAS_BACKEND": backend, "JAX_PLATFORMS": "cpu",
                "PYTHONPATH": os.pathsep.join(
             p for p in (root, os.environ.get("PYTHONPATH")) if p)}
         children = ChildProcesses("export-verifier-output")
@@ -450,6 +455,7 @@ def reload_and_predict(fmt: str, path: str, x: np.ndarray, safe_mode: bool,
                        custom_objects_file: str | None) -> list[np.ndarray]:
     """The verifier child's side: load the export with nothing from its writer, predict."""
     if fmt == "savedmodel":
+        import tensorflow as tf  # a SavedModel is TensorFlow's; refused where it is absent
 
         # Keep the loaded object alive: its variables die with it, not with `serve`.
         loaded = tf.saved_model.load(path)

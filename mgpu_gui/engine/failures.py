@@ -31,14 +31,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-import tensorflow as tf
-
 from mgpu_gui.core.config import DeviceKind, RunConfig
 from mgpu_gui.core.devices.plan import DevicePlan
 from mgpu_gui.core.errors import DataError, ExportError, OutputError, UserError
 from mgpu_gui.core.runs import checkpoints as ckpt
 from mgpu_gui.core.runs.folder import RunDir
-from mgpu_gui.engine import pipeline
 from mgpu_gui.engine.callbacks import EpochCheckpoints, EpochTracker, NonFiniteWeights
 from mgpu_gui.engine.jax_failures import JaxFailure, JaxFailureKind, jax_failure
 
@@ -143,10 +140,15 @@ def explain_failure(error: BaseException, where: Where) -> BaseException:
     if isinstance(error, (NonFiniteLossError, OutOfMemoryError, ModelCodeError,
                           ckpt.DiskFullError)):
         return error
-    if pipeline.is_decode_failure(error):  # TensorFlow's decoder says which file? never
-        return _image_failed(pipeline.undecodable_file(where.config) or (
-            "an image cannot be decoded any more, and decoding the files again one by one "
-            f"did not find which within {pipeline.FIND_BUDGET_S:.0f} s."), where)
+    # TensorFlow's errors only where it was loaded: a JAX run on the Python pipeline has none.
+    tf = sys.modules.get("tensorflow")
+    if tf is not None:
+        from mgpu_gui.engine import pipeline
+
+        if pipeline.is_decode_failure(error):  # TensorFlow's decoder says which file? never
+            return _image_failed(pipeline.undecodable_file(where.config) or (
+                "an image cannot be decoded any more, and decoding the files again one by one "
+                f"did not find which within {pipeline.FIND_BUDGET_S:.0f} s."), where)
     failure = ckpt.write_failure(error, where.run_dir.path)
     if failure is not None:
         return _write_failed(failure, error, where)
@@ -162,7 +164,7 @@ def explain_failure(error: BaseException, where: Where) -> BaseException:
             f"Training stopped without saving them. {where.kept(False)} Check the data for NaN "
             f"values, lower the learning rate, or enable gradient clipping in the model's "
             f"optimizer.")
-    if isinstance(error, tf.errors.ResourceExhaustedError):
+    if tf is not None and isinstance(error, tf.errors.ResourceExhaustedError):
         return _out_of_memory(error, where)
     if where.stage is Stage.TRAINING:
         if isinstance(error, RuntimeError) and "NaN or Inf loss" in str(error):
@@ -253,8 +255,9 @@ def _image_failed(message: str, where: Where) -> DataError:
 def _code_failed(error: BaseException, where: Where) -> ModelCodeError:
     details = _traceback_logged(error, where)
 
-    py_func = _PY_FUNC.search(getattr(error, "message", None) or str(error)) if isinstance(
-        error, tf.errors.OpError) else None
+    tf = sys.modules.get("tensorflow")
+    py_func = _PY_FUNC.search(getattr(error, "message", None) or str(error)) if (
+        tf is not None and isinstance(error, tf.errors.OpError)) else None
     if py_func is not None:
         frames = _FRAME.findall(py_func.group("tb"))
         origin = ""

@@ -32,7 +32,6 @@ import time
 from dataclasses import dataclass
 
 import keras
-import tensorflow as tf
 
 GPU_SAMPLE_EVERY = 8  # GPU steps: one timed (two device syncs) in this many
 
@@ -79,6 +78,9 @@ class _TimedTrainFunction:
     """Keras' train function, with the fetch taken out of it and timed."""
 
     def __init__(self, inner, meter: InputWaitMeter, sync_every: int | None):
+        import tensorflow as tf  # the tensorflow engine only (TimeInputWait)
+
+        self.tf = tf
         self.inner = inner
         self.meter = meter
         self.sync_every = sync_every  # None: synchronous devices, time every step
@@ -92,16 +94,16 @@ class _TimedTrainFunction:
         if not sampled:
             return self.inner(iterator)
         if self.sync_every is not None:
-            tf.test.experimental.sync_devices()
+            self.tf.test.experimental.sync_devices()
         start = time.perf_counter()
         try:
             data = next(iterator)
-        except tf.errors.OutOfRangeError:
+        except self.tf.errors.OutOfRangeError:
             raise StopIteration from None  # as Keras' graph path reports the end
         fetched = time.perf_counter()
         logs = self.inner((data,))  # not an iterator: Keras runs one compiled step on it
         if self.sync_every is not None:
-            tf.test.experimental.sync_devices()
+            self.tf.test.experimental.sync_devices()
         self.meter.add(fetched - start, time.perf_counter() - start)
         return logs
 

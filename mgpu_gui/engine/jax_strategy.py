@@ -7,9 +7,11 @@ all-reduce is XLA's and BatchNorm's statistics are over the global batch, i.e.
 always synchronised. The distribution is set globally (Keras' `fit` reads it to
 shard batches), so `scope()` is a formality kept for the shared code.
 
-tf.data still feeds the model (Keras' JAX trainer turns its batches into numpy):
-TensorFlow is told to see no GPU first, or it would take GPU memory beside JAX.
-Call `make_jax_strategy` after `apply_device_env` (KERAS_BACKEND, XLA_FLAGS).
+tf.data feeds the model where TensorFlow is installed (Keras' JAX trainer turns
+its batches into numpy): TensorFlow is then told to see no GPU first, or it would
+take GPU memory beside JAX. The Python pipeline (py_pipeline.py) needs no
+TensorFlow, and then none is imported. Call `make_jax_strategy` after
+`apply_device_env` (KERAS_BACKEND, XLA_FLAGS).
 """
 
 from __future__ import annotations
@@ -52,12 +54,15 @@ class JaxStrategy:
         return sharding is not None and len(sharding.device_set) == self.num_replicas_in_sync
 
 
-def make_jax_strategy(plan: DevicePlan) -> tuple[JaxStrategy, str]:
+def make_jax_strategy(plan: DevicePlan, *, hide_gpus_from_tensorflow: bool = True
+                      ) -> tuple[JaxStrategy, str]:
     """DataParallel over the plan's devices, set as Keras' distribution, and how the
-    replicas reduce, in words. DeviceError when JAX sees other devices than planned."""
-    import tensorflow as tf
+    replicas reduce, in words. DeviceError when JAX sees other devices than planned.
+    `hide_gpus_from_tensorflow`: tf.data feeds the run (TensorFlow loads here)."""
+    if hide_gpus_from_tensorflow:
+        import tensorflow as tf
 
-    tf.config.set_visible_devices([], "GPU")  # tf.data only: the GPUs are JAX's
+        tf.config.set_visible_devices([], "GPU")  # tf.data only: the GPUs are JAX's
     import jax
     import keras
 
@@ -73,6 +78,16 @@ def make_jax_strategy(plan: DevicePlan) -> tuple[JaxStrategy, str]:
     keras.distribution.set_distribution(distribution)
     return JaxStrategy(distribution, names), (
         f"DataParallel over {', '.join(names)} (JAX {jax.__version__}, XLA all-reduce)")
+
+
+def jax_versions() -> dict[str, str | None]:
+    """What a JAX run's environment record says of JAX: its version, jaxlib's, and the
+    platform of the devices it trains on (cpu, gpu)."""
+    import jax
+    import jaxlib
+
+    return {"jax": jax.__version__, "jaxlib": getattr(jaxlib, "__version__", None),
+            "jax_platform": jax.default_backend()}
 
 
 def _no_devices(plan: DevicePlan, seen: str) -> str:

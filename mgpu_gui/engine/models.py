@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import keras
-import tensorflow as tf
 
 from mgpu_gui.core.config import RunConfig, is_model_file
 from mgpu_gui.core.datasets import fit_check
@@ -38,6 +37,7 @@ from mgpu_gui.core.modelfiles.compile_facts import CompileSource
 from mgpu_gui.core.modelfiles.info import ModelFileInfo, lambda_refused
 from mgpu_gui.core.modelfiles.inspection import inspect_model_file, read_h5_training_config
 from mgpu_gui.engine import precision
+from mgpu_gui.engine.data_source import LabelMap
 from mgpu_gui.engine.legacy_compile import compile_from_training_config, describe_loss
 
 Log = Callable[[str], None]
@@ -427,8 +427,8 @@ def loss_wants_onehot(model: keras.Model) -> bool | None:
 
 
 def label_mapper(wants_onehot: bool | None, label_kind: str, num_classes: int | None
-                 ) -> tuple[Callable[[Any, Any], Any] | None, str | None]:
-    """A tf.data map giving labels the form the loss takes, and a log line saying so.
+                 ) -> tuple[LabelMap | None, str | None]:
+    """How labels must change for the loss, and a log line saying so.
 
     (None, None) when they already fit. Integer labels for a one-hot loss (or the
     reverse) are converted, not refused; their range is checked before, by
@@ -436,12 +436,11 @@ def label_mapper(wants_onehot: bool | None, label_kind: str, num_classes: int | 
     """
 
     if wants_onehot is True and label_kind == "sparse" and num_classes:
-        return (lambda x, y: (x, tf.one_hot(tf.cast(tf.reshape(y, [-1])[0], tf.int32),
-                                            num_classes)),
+        return (LabelMap.TO_ONEHOT,
                 f"The model's loss expects one-hot labels; converting integer labels "
                 f"to one-hot vectors of {num_classes} classes.")
     if wants_onehot is False and label_kind == "onehot":
-        return (lambda x, y: (x, tf.argmax(y, axis=-1)),
+        return (LabelMap.TO_IDS,
                 "The model's loss expects integer labels; converting one-hot labels to class ids.")
     return None, None
 

@@ -65,9 +65,12 @@ def apply_device_env(
     env.update(changes)
 
 
-def make_strategy(plan: DevicePlan, engine: Engine = Engine.TENSORFLOW) -> tuple[Any, str]:
+def make_strategy(plan: DevicePlan, engine: Engine = Engine.TENSORFLOW, *,
+                  tf_data: bool = True) -> tuple[Any, str]:
     """A MirroredStrategy over the plan's devices (on JAX: a DataParallel behind the
     same interface, engine/jax_strategy.py), and how replicas reduce, in words.
+    `tf_data`: a JAX run fed by tf.data, whose TensorFlow must see no GPU (else the
+    JAX run imports no TensorFlow at all).
 
     Raises DeviceError when TensorFlow cannot see the planned devices, and
     RuntimeError when TensorFlow initialised its devices before this call.
@@ -75,7 +78,7 @@ def make_strategy(plan: DevicePlan, engine: Engine = Engine.TENSORFLOW) -> tuple
     if engine is Engine.JAX:
         from mgpu_gui.engine.jax_strategy import make_jax_strategy
 
-        return make_jax_strategy(plan)
+        return make_jax_strategy(plan, hide_gpus_from_tensorflow=tf_data)
     import tensorflow as tf
 
     if plan.kind is DeviceKind.CPU:

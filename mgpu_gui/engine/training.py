@@ -2,7 +2,8 @@
 
 Runs inside the worker process (or a test host) after the devices were set up;
 it reports only through events, so it knows nothing of pipes, Qt or terminals.
-TensorFlow is imported here at module level: import this module only there.
+Imports no TensorFlow of its own: a JAX run on the Python input pipeline
+(inputs.py) trains where it is not installed. Import this module only there.
 
 Whatever fails inside (out of memory, a NaN loss, an exception in the model's
 code, a full disk) leaves as a `UserError` that says where it happened and
@@ -11,15 +12,15 @@ what to do (`failures.py`); the completed epochs' backup is always kept.
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import keras
-import tensorflow as tf
 
-from mgpu_gui.core.augment import parse_augment
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.datasets import batching, content
 from mgpu_gui.core.devices.plan import DevicePlan
@@ -38,8 +39,7 @@ from mgpu_gui.core.modelfiles.compile_facts import CompileSource
 from mgpu_gui.core.runs import checkpoints as ckpt
 from mgpu_gui.core.runs.folder import RunDir
 from mgpu_gui.core.runs.preflight import data_sources, loss_is_classifier
-from mgpu_gui.engine import augmentation, models, transfer, xla
-from mgpu_gui.engine import pipeline as data_mod
+from mgpu_gui.engine import inputs, models, transfer, xla
 from mgpu_gui.engine.callbacks import (
     AfterWarmup,
     AtTrainEnd,
@@ -52,10 +52,14 @@ from mgpu_gui.engine.callbacks import (
     NanGuard,
     ValidateCompleteEpochs,
 )
+from mgpu_gui.engine.data_source import PreparedData, input_record
 from mgpu_gui.engine.export import export_model
 from mgpu_gui.engine.failures import NonFiniteLossError, Stage, Where, explain_failure
 from mgpu_gui.engine.input_wait import InputWaitMeter, TimeInputWait
 from mgpu_gui.engine.legacy_compile import describe_loss
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 __all__ = ["FitLoop", "NonFiniteLossError", "TrainingSetup", "prepare", "run_training"]
 
@@ -65,13 +69,14 @@ class TrainingSetup:
     """What `fit` needs, resolved and checked before the first step."""
 
     model: keras.Model
-    train: tf.data.Dataset
-    val: tf.data.Dataset | None
-    test: tf.data.Dataset | None
-    data: data_mod.PreparedData
+    train: Any  # a tf.data.Dataset, or the Python pipeline's PyDataset (inputs.py)
+    val: Any | None
+    test: Any | None
+    data: PreparedData
     global_batch: int
     compile_source: CompileSource = CompileSource.RUN  # where the optimizer came from
     file_optimizer: str = ""  # the model file's own optimizer, when it came compiled
+    callbacks: tuple[keras.callbacks.Callback, ...] = ()  # the input pipeline's, in every fit
 
 
 class FitLoop:
@@ -98,7 +103,7 @@ class FitLoop:
                   shuffle=False,  # the dataset reshuffles itself each epoch
                   verbose=0)
 
-    def evaluate(self, model: keras.Model, dataset: tf.data.Dataset) -> dict[str, float]:
+    def evaluate(self, model: keras.Model, dataset: Any) -> dict[str, float]:
         results = model.evaluate(dataset, verbose=0, return_dict=True)
         return {k: float(v) for k, v in results.items()}
 
@@ -162,7 +167,7 @@ def _run(config: RunConfig, run_dir: RunDir, plan: DevicePlan, strategy: tf.dist
         val_samples=prepared.val_samples, test_samples=prepared.test_samples,
         steps_per_epoch=steps, dropped_per_epoch=dropped, epochs=config.epochs,
         initial_epoch=initial_epoch, model_name=model.name, params=int(model.count_params()),
-        cross_device_ops=cross_device_ops, tf_version=tf.__version__,
+        cross_device_ops=cross_device_ops, tf_version=_loaded_version("tensorflow"),
         keras_version=keras.__version__, summary=models.model_summary(model),
         optimizer=optimizer, learning_rate=learning_rate,
         optimizer_source=setup.compile_source.value, file_optimizer=setup.file_optimizer,
@@ -195,7 +200,7 @@ def _run(config: RunConfig, run_dir: RunDir, plan: DevicePlan, strategy: tf.dist
                                                   setup.global_batch, initial_epoch, warmup,
                                                   stage)
             stopped = _StoppedEnd(config, sink, stop, tracker, events, initial_epoch, log)
-            callbacks.extend([*extra_callbacks, AtTrainEnd(stopped)])
+            callbacks.extend([*setup.callbacks, *extra_callbacks, AtTrainEnd(stopped)])
             where.stage, where.steps, where.tracker, where.checkpoints = (
                 Stage.TRAINING, steps, tracker, saver)
             try:
@@ -266,8 +271,9 @@ def prepare(config: RunConfig, strategy: tf.distribute.Strategy, log,
             cache_dir: Path | None = None) -> TrainingSetup:
     """Load data and model under the strategy, match labels to the loss, batch the data
     (an image folder too large for memory is cached in `cache_dir`, when given)."""
-    prepared = data_mod.load_data(config)
-    global_batch = config.batch_per_replica * strategy.num_replicas_in_sync
+    pipeline = inputs.pipeline_for(config)
+    prepared = inputs.load(config, pipeline)
+    replicas = strategy.num_replicas_in_sync
     loaded = models.load_run_model(config, strategy, input_shape=prepared.input_shape,
                                    num_classes=prepared.num_classes, log=log,
                                    custom_objects_file=config.custom_objects)
@@ -280,43 +286,18 @@ def prepare(config: RunConfig, strategy: tf.distribute.Strategy, log,
                                         prepared.num_classes)
     if note:
         log(note)
-    replicas = strategy.num_replicas_in_sync
-    if config.augment:
-        log(f"Augmentation: {parse_augment(config.augment).describe()} (training only).")
-
-    def batched(ds, samples, batch, what):
-        if ds is None or samples < replicas:
-            return None
-        if relabel is not None:
-            ds = ds.map(relabel, num_parallel_calls=tf.data.AUTOTUNE)
-        training = what == "training"
-        cache = data_mod.cache_for(prepared, "train" if training else what, cache_dir,
-                                   config.cache)
-        if training and "train" in prepared.files:
-            where = ("in memory" if cache is True else f"on local disk in {cache_dir}" if cache
-                     else "nowhere: decoded again every epoch")
-            log(f"Decoded training images are cached {where} (cache: {config.cache}).")
-        finish = prepared.finish
-        if training and finish is not None:  # augmentation: training images only
-            finish = augmentation.training_finish(finish, config.augment, config.seed)
-        return data_mod.batch_for_training(ds, samples, batch, shuffle=training, repeat=training,
-                                           seed=config.seed, cache=cache, replicas=replicas,
-                                           what=what, finish=finish)
-
-    def evaluation(ds, samples, what):
-        batch = batching.eval_batch(samples, config.batch_per_replica, replicas)
-        return batched(ds, samples, batch, what)
-
-    if prepared.val is not None and prepared.val_samples < replicas:
-        log(f"The validation set has {prepared.val_samples} samples, fewer than the "
-            f"{replicas} replicas (each must get one); validation is skipped.", "warning")
+    made = inputs.batches(config, prepared, pipeline, relabel, replicas, cache_dir, log)
     return TrainingSetup(
-        model=model, data=prepared, global_batch=global_batch,
+        model=model, data=prepared, global_batch=config.batch_per_replica * replicas,
         compile_source=loaded.source, file_optimizer=loaded.file_optimizer,
-        train=batched(prepared.train, prepared.train_samples, global_batch, "training"),
-        val=evaluation(prepared.val, prepared.val_samples, "validation"),
-        test=evaluation(prepared.test, prepared.test_samples, "test"),
-    )
+        train=made.train, val=made.val, test=made.test, callbacks=made.callbacks)
+
+
+def _loaded_version(module: str) -> str:
+    """The version of `module` when this process loaded it, else "" (a JAX run on the
+    Python pipeline never loads TensorFlow)."""
+    loaded = sys.modules.get(module)
+    return str(getattr(loaded, "__version__", "")) if loaded is not None else ""
 
 
 def _check_labels_for_loss(config: RunConfig, model: keras.Model) -> None:
@@ -450,12 +431,12 @@ def _evaluate(loop: FitLoop, model: keras.Model, setup: TrainingSetup, sink: Eve
 
 
 def _export(config: RunConfig, run_dir: RunDir, model: keras.Model,
-            prepared: data_mod.PreparedData, sink: EventSink, where: Where) -> None:
+            prepared: PreparedData, sink: EventSink, where: Where) -> None:
     for fmt in config.export_formats:
         where.export_format = fmt
         result = export_model(model, run_dir.export_path(fmt), fmt,
                               sample_x=prepared.x_sample, class_names=prepared.class_names,
-                              inputs=data_mod.input_record(config, prepared),
+                              inputs=input_record(config, prepared),
                               safe_mode=not config.allow_unsafe_code,
                               custom_objects_file=config.custom_objects)
         sink.emit(ModelExported(path=str(result.path), format=result.format,

@@ -21,8 +21,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import tensorflow as tf
-
 _UNSUPPORTED = re.compile(
     r"unsupported operations when trying to compile graph \S+ on (\S+?):\s*([\w, ]+?)\s*[(\n]")
 _XLA_WORDS = re.compile(r"tf2xla|XLA_\w+_JIT|xla_compiler|could not be compiled|"
@@ -40,6 +38,8 @@ def unsupported_layers(model: Any) -> list[str]:
 
 def enable(model: Any) -> None:
     """Compile the model's call with XLA from its next trace on."""
+
+    import tensorflow as tf  # the tensorflow engine only: JAX compiles every step anyway
 
     disable(model)
     model.call = tf.function(model.call, jit_compile=True, reduce_retracing=True)

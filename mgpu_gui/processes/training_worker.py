@@ -37,7 +37,7 @@ from typing import Any, TextIO
 from mgpu_gui.core.config import DeviceKind
 from mgpu_gui.core.devices.nvml import FAKE_GPUS_VAR
 from mgpu_gui.core.devices.plan import DevicePlan
-from mgpu_gui.core.engines import CLUSTER_REFUSAL, Engine
+from mgpu_gui.core.engines import CLUSTER_REFUSAL, Engine, InputPipeline
 from mgpu_gui.core.errors import ConfigError, ExportError, UserError
 from mgpu_gui.core.events import (
     EpochEnd,
@@ -207,13 +207,27 @@ def fault_callbacks(run_dir: RunDir, channel: EventChannel) -> list[Any]:
     return [faults.fault_callback(fault, run_dir.path)]
 
 
-def record_run_environment(run_dir: RunDir, channel: EventChannel) -> None:
-    """environment.json: versions and the run's files' fingerprints. Call once TensorFlow
-    is loaded (the strategy is made); a record that cannot be written is a warning."""
-    from mgpu_gui.engine.tf_facts import environment_versions
-
+def record_run_environment(run_dir: RunDir, channel: EventChannel, engine: Engine,
+                          pipeline: InputPipeline) -> None:
+    """environment.json: versions and the run's files' fingerprints. Call once the engine
+    is loaded (the strategy is made); a record that cannot be written is a warning.
+    TensorFlow's versions only where the run loaded it: a JAX run on the Python pipeline
+    records none, and its JAX's instead."""
     try:
-        record_environment(run_dir.path, run_dir.read_config(), environment_versions())
+        if "tensorflow" in sys.modules:
+            from mgpu_gui.engine.tf_facts import environment_versions
+
+            versions = environment_versions()
+        else:
+            import keras
+
+            versions = {"keras": keras.__version__}
+        versions.update(engine=engine.value, input_pipeline=pipeline.value)
+        if engine is Engine.JAX:
+            from mgpu_gui.engine.jax_strategy import jax_versions
+
+            versions.update(jax_versions())
+        record_environment(run_dir.path, run_dir.read_config(), versions)
     except Exception as error:  # a missing record must never cost the run
         channel.emit(LogMessage(message=f"The run's environment record (versions, file "
                                         f"hashes) could not be written: {error}",
@@ -265,9 +279,12 @@ def main(argv: list[str] | None = None) -> int:
     cluster = None
     try:
         plan = device_plan(run_dir)
-        engine = Engine(run_dir.read_config().engine)
+        config = run_dir.read_config()
+        engine = Engine(config.engine)
+        from mgpu_gui.engine.inputs import pipeline_for
         from mgpu_gui.engine.strategy import apply_device_env, make_strategy
 
+        pipeline = pipeline_for(config)  # what this machine cannot do is refused here
         apply_device_env(plan, engine=engine)  # before TensorFlow, Keras or JAX is imported
         if run_dir.cluster_json.exists():  # one worker of a multi-machine run
             if engine is not Engine.TENSORFLOW:
@@ -277,8 +294,9 @@ def main(argv: list[str] | None = None) -> int:
             cluster = ClusterSpec.from_json(run_dir.cluster_json.read_text())
             strategy, cross_device_ops = make_cluster_strategy(plan, cluster)
         else:
-            strategy, cross_device_ops = make_strategy(plan, engine)
-        record_run_environment(run_dir, channel)
+            strategy, cross_device_ops = make_strategy(
+                plan, engine, tf_data=pipeline is InputPipeline.TF_DATA)
+        record_run_environment(run_dir, channel, engine, pipeline)
         extra_callbacks = fault_callbacks(run_dir, channel)
     except Exception as error:
         channel.emit(failure_event(error, started=False))

@@ -53,10 +53,16 @@ class FileRecord:
 
 @dataclass(frozen=True)
 class RunEnvironment:
-    """Versions as the worker saw them; None where unknown (no NVIDIA driver: no driver)."""
+    """Versions as the worker saw them; None where unknown (no NVIDIA driver: no driver;
+    a JAX run on the Python input pipeline: no TensorFlow, as it never loaded one)."""
 
     tensorflow: str | None = None
     keras: str | None = None
+    engine: str | None = None  # the Keras backend the run trained on
+    input_pipeline: str | None = None  # what fed it: tf.data or python (auto resolved)
+    jax: str | None = None  # JAX runs: jax's and jaxlib's versions, the devices' platform
+    jaxlib: str | None = None
+    jax_platform: str | None = None
     cuda: str | None = None  # the CUDA TensorFlow was built with; None: a CPU build
     cudnn: str | None = None
     driver: str | None = None  # the NVIDIA driver, as NVML reports it
@@ -79,8 +85,9 @@ class RunEnvironment:
         """What the Compare table shows, by column: versions, then each file's hash
         (12 hex digits: enough to see two differ) with its size."""
         shown: dict[str, str | None] = {
-            "TensorFlow": self.tensorflow, "Keras": self.keras, "CUDA": self.cuda,
-            "cuDNN": self.cudnn, "driver": self.driver}
+            "TensorFlow": self.tensorflow, "Keras": self.keras, "JAX": self.jax,
+            "input pipeline": self.input_pipeline, "CUDA": self.cuda, "cuDNN": self.cudnn,
+            "driver": self.driver}
         for record in self.files:
             shown[f"{record.role} file"] = (
                 None if record.sha256 is None else
@@ -104,10 +111,14 @@ def record_environment(folder: Path, config: RunConfig,
                        versions: Mapping[str, str | None]) -> RunEnvironment:
     """Fingerprint the run's files, ask NVML for the driver, and write environment.json
     (replaced whole: a reader never sees half of it). `versions`: the worker's tensorflow,
-    keras, cuda and cudnn (engine.tf_facts.environment_versions)."""
+    keras, cuda and cudnn (engine.tf_facts.environment_versions), engine and
+    input_pipeline, and on JAX jax, jaxlib and jax_platform (engine.jax_strategy)."""
     inventory = query_inventory()
     environment = RunEnvironment(
         tensorflow=versions.get("tensorflow"), keras=versions.get("keras"),
+        engine=versions.get("engine"), input_pipeline=versions.get("input_pipeline"),
+        jax=versions.get("jax"), jaxlib=versions.get("jaxlib"),
+        jax_platform=versions.get("jax_platform"),
         cuda=versions.get("cuda"), cudnn=versions.get("cudnn"),
         driver=inventory.driver_version, cuda_driver=inventory.cuda_driver_version,
         python=platform.python_version(),
