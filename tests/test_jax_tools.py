@@ -28,6 +28,7 @@ from mgpu_gui.core.tools.batch_search import (
 from mgpu_gui.core.tools.scaling import PointStatus
 from mgpu_gui.core.tools.scaling_runner import JAX_NOTE, ScaleRequest, ScaleRunner, plan_scaling
 from mgpu_gui.engine.device_memory import jax_peak_bytes
+from tests.helpers.without_tensorflow import env_without_tensorflow
 
 NO_GPU = GpuInventory(NvmlState.NO_DRIVER)
 GB = 10 ** 9
@@ -137,9 +138,15 @@ def tiny_run(tmp_path_factory) -> RunConfig:
                       validation_split=0.0, batch_per_replica=16)
 
 
+@pytest.fixture
+def no_tensorflow_children(monkeypatch):
+    """The tools' children start as on the GPU machine, where only JAX is installed."""
+    monkeypatch.setenv("PYTHONPATH", env_without_tensorflow()["PYTHONPATH"])
+
+
 @pytest.mark.slow
 @pytest.mark.jax
-def test_a_scaling_test_on_one_and_two_jax_cpu_devices(tiny_run):
+def test_a_scaling_test_on_one_and_two_jax_cpu_devices(tiny_run, no_tensorflow_children):
     pytest.importorskip("jax")
     report = ScaleRunner(ScaleRequest(tiny_run, counts=(1, 2), steps=2, warmup=2),
                          inventory=NO_GPU).run()
@@ -156,7 +163,8 @@ def test_a_scaling_test_on_one_and_two_jax_cpu_devices(tiny_run):
 
 @pytest.mark.slow
 @pytest.mark.jax
-def test_a_batch_search_on_a_jax_cpu_device_stops_at_the_largest_batch(tiny_run):
+def test_a_batch_search_on_a_jax_cpu_device_stops_at_the_largest_batch(tiny_run,
+                                                                       no_tensorflow_children):
     pytest.importorskip("jax")
     settings = SearchSettings(start=32, max_batch=32, min_steps=1, steps=1)
     report = BatchFinder(BatchRequest(tiny_run.replace(devices=DeviceSelection(
@@ -164,7 +172,7 @@ def test_a_batch_search_on_a_jax_cpu_device_stops_at_the_largest_batch(tiny_run)
         inventory=NO_GPU).run()
     [probe] = report.probes
     assert probe.status is ProbeStatus.FITS, probe
-    # The process's peak resident memory: JAX, TensorFlow (tf.data), Keras, the step.
+    # The process's peak resident memory: JAX, Keras, the Python pipeline, the step.
     assert probe.base_bytes is not None and 100 * 10 ** 6 < probe.base_bytes <= probe.peak_bytes
     assert probe.peak_bytes < 8 * GB
     assert report.ended is Ended.MAX_BATCH and report.largest_fit == 32

@@ -46,7 +46,7 @@ from typing import Any
 
 from mgpu_gui.core.config import DeviceKind, RunConfig
 from mgpu_gui.core.devices.plan import DevicePlan
-from mgpu_gui.core.engines import Engine
+from mgpu_gui.core.engines import Engine, InputPipeline
 from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.tools.batch_search import (
     ProbeResult,
@@ -141,6 +141,7 @@ class Probe:
                 watchdog.stop()
 
     def _run(self) -> ProbeResult:
+        from mgpu_gui.engine.inputs import pipeline_for
         from mgpu_gui.engine.strategy import apply_device_env, make_strategy
 
         apply_device_env(self.plan, engine=self.engine)  # before Keras, TF or JAX starts
@@ -148,7 +149,8 @@ class Probe:
 
         from mgpu_gui.engine.training import prepare
 
-        strategy, _ = make_strategy(self.plan, self.engine)
+        tf_data = pipeline_for(self.config) is InputPipeline.TF_DATA  # else no TensorFlow
+        strategy, _ = make_strategy(self.plan, self.engine, tf_data=tf_data)
         self.emit({"type": "phase", "phase": "building"})
         if self.config.seed is not None:
             keras.utils.set_random_seed(self.config.seed)
