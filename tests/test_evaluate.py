@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import csv
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -144,3 +146,25 @@ def test_the_pipeline_knows_where_each_held_out_sample_came_from(digits):
     images, labels = load_demo_arrays()
     assert demo.test_origins.source == "demo"
     assert np.array_equal(labels[demo.test_origins.rows], demo.test_labels)
+
+
+def test_evaluate_where_tensorflow_is_not_installed_says_so_before_starting(tmp_path):
+    """A JAX-only machine trains, but evaluate needs TensorFlow: said plainly, no child."""
+    import keras
+
+    from mgpu_gui.core.tools.evaluate_job import NO_TENSORFLOW
+    from tests.helpers.without_tensorflow import env_without_tensorflow
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, activation="softmax")])
+    model.compile(loss="sparse_categorical_crossentropy")
+    model.save(tmp_path / "m.keras")
+    zeros = {"x": np.zeros((8, 4), np.float32), "y": np.zeros(8, int)}
+    np.savez(tmp_path / "d.npz", **{f"{k}_{split}": v for split in ("train", "test")
+                                    for k, v in zeros.items()})
+    done = subprocess.run([sys.executable, "-m", "mgpu_gui.cli.main", "evaluate",
+                           str(tmp_path / "m.keras"), "--data", str(tmp_path / "d.npz"), "--cpu"],
+                          capture_output=True, text=True, timeout=120,
+                          env=env_without_tensorflow())
+    assert done.returncode != 0
+    assert NO_TENSORFLOW in " ".join(done.stderr.split()), done.stderr
+    assert "Traceback" not in done.stderr

@@ -21,6 +21,7 @@ from mgpu_gui.core.children.launch import Child, module_command
 from mgpu_gui.core.children.runner import ChildProcesses, command_log, run_child
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.devices.plan import DevicePlan
+from mgpu_gui.core.engines import Engine, installed
 from mgpu_gui.core.evaluation.result import Split
 from mgpu_gui.core.events import (
     EvaluationDone,
@@ -83,6 +84,13 @@ def request_from_dict(data: dict[str, Any]) -> EvaluateRequest | PredictRequest:
         EvaluateRequest.from_dict(data))
 
 
+# The JAX engine trains where only JAX is installed; evaluate and predict read the data
+# with tf.data and load the model on TensorFlow.
+NO_TENSORFLOW = ("evaluate and predict run on TensorFlow, which is not installed here: install "
+                 "mgpu-gui with its TensorFlow (pip install mgpu-gui), or evaluate the run on "
+                 "a machine that has it; a model trained on the JAX engine loads there too.")
+
+
 def evaluator_command(events_fd: int) -> list[str]:
     return module_command(Child.EVALUATOR, "--events-fd", str(events_fd))
 
@@ -108,6 +116,8 @@ class EvaluateJob:
         self._children.cancel()
 
     def run(self) -> EvaluationOutcome:
+        if not installed(Engine.TENSORFLOW):  # said before a child starts to fail on it
+            return EvaluationFailed(NO_TENSORFLOW, "ConfigError", True)
         return run_child(self._children, evaluator_command, self.request.to_dict(),
                          self.request.plan.env, self._message, "The evaluation process",
                          lambda error_type, message: EvaluationFailed(message, error_type,
