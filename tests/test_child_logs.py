@@ -18,7 +18,7 @@ import pytest
 from mgpu_gui.cli import common
 from mgpu_gui.cli import main as cli
 from mgpu_gui.core.children.runner import command_log
-from mgpu_gui.core.eventtext import is_startup_noise
+from mgpu_gui.core.eventtext import is_noise
 
 NOISE = "E0000 00:00:1 123 cuda_executor.cc:1] failed call to cuInit: UNKNOWN ERROR (303)"
 DIES = (f"import sys; print({NOISE!r}, file=sys.stderr, flush=True); "
@@ -26,7 +26,7 @@ DIES = (f"import sys; print({NOISE!r}, file=sys.stderr, flush=True); "
 
 
 def noisy(text: str) -> list[str]:
-    return [line for line in text.splitlines() if is_startup_noise(line) or "E0000" in line]
+    return [line for line in text.splitlines() if is_noise(line) or "E0000" in line]
 
 
 def test_a_failed_export_names_its_log_and_debug_shows_the_noise(monkeypatch, capsys,
