@@ -3,14 +3,25 @@
 # --no-smoke) run its smoke check: one CPU epoch of the demo through the
 # bundled CLI and the bundled worker, and the bundled GUI starting.
 #
-#   packaging/build-bundle.sh [--no-smoke]      PYTHON=... to use another venv
+#   packaging/build-bundle.sh [--no-smoke] [--with-jax]      PYTHON=... to use another venv
+#
+# --with-jax carries the JAX engine too (JAX installed in the venv; the smoke check then
+# trains one epoch on it as well); without it the bundle leaves JAX out.
 #
 # Needs the project's venv (`pip install -e .`); installs PyInstaller into it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-.venv/bin/python}
 SMOKE=1
-if [[ ${1:-} == --no-smoke ]]; then SMOKE=0; fi
+SMOKE_ARGS=()
+export MGPU_BUNDLE_JAX=0
+for arg in "$@"; do
+    case $arg in
+        --no-smoke) SMOKE=0 ;;
+        --with-jax) MGPU_BUNDLE_JAX=1; SMOKE_ARGS+=(--jax) ;;
+        *) echo "usage: packaging/build-bundle.sh [--no-smoke] [--with-jax]" >&2; exit 2 ;;
+    esac
+done
 
 # PyInstaller 6.22 supports Python 3.8-3.14; hooks-contrib 2026.9 has the
 # TensorFlow hook used here (checked with TF 2.21, Keras 3.15, PySide6 6.11).
@@ -34,5 +45,5 @@ cp packaging/mgpu-gui.desktop packaging/install-desktop.sh dist/mgpu-gui/
 echo "bundle: dist/mgpu-gui/ ($(du -sh dist/mgpu-gui | cut -f1)) built in $(($(date +%s) - start)) s"
 
 if ((SMOKE)); then
-    "$PYTHON" packaging/smoke_bundle.py dist/mgpu-gui
+    "$PYTHON" packaging/smoke_bundle.py dist/mgpu-gui "${SMOKE_ARGS[@]}"
 fi

@@ -1,6 +1,6 @@
 """Smoke check of a built bundle: does it really train, through its own executable?
 
-    .venv/bin/python packaging/smoke_bundle.py [dist/mgpu-gui]
+    .venv/bin/python packaging/smoke_bundle.py [dist/mgpu-gui] [--jax]
 
 1. Its files: both executables, the demo data, the icons, the desktop entry.
 2. One CPU epoch of the demo on 2 replicas through the bundled CLI (`mgpu-train`),
@@ -14,6 +14,7 @@
 4. `mgpu-train queue add` runs a job through the frozen queue runner (a detached
    process of its own), whose worker must be its child.
 5. The GUI starts (offscreen Qt) and is still up after a few seconds.
+6. With --jax (a bundle built with --with-jax): step 2 again on the JAX engine.
 
 Prints what it checked with timings; exits non-zero at the first failure.
 """
@@ -69,11 +70,11 @@ def traced(trace: Path) -> list[dict]:
     return [json.loads(line) for line in trace.read_text().splitlines() if line.strip()]
 
 
-def check_training(bundle: Path, work: Path) -> Path:
-    trace = work / "trace.jsonl"
-    out = work / "runs"
+def check_training(bundle: Path, work: Path, engine: str = "tensorflow") -> Path:
+    trace = work / f"trace-{engine}.jsonl"
+    out = work / f"runs-{engine}"
     command = [str(bundle / "mgpu-train"), "--epochs", "1", "--cpu", "--replicas", "2",
-               "-o", str(out), "--json"]
+               "--engine", engine, "-o", str(out), "--json"]
     try:
         result = subprocess.run(command, cwd=work, env=bare_env(work, trace), text=True,
                                 capture_output=True, timeout=EPOCH_TIMEOUT_S)
@@ -86,6 +87,8 @@ def check_training(bundle: Path, work: Path) -> Path:
     finished = next((e for e in events if e["type"] == "run_finished"), None)
     check(started is not None and started["num_replicas"] == 2 and started["device_kind"] == "cpu",
           f"no run on 2 CPU replicas started: {started}")
+    check(engine == "tensorflow" or "DataParallel" in started["cross_device_ops"],
+          f"the run did not train on the {engine} engine: {started}")
     check(finished is not None and finished["status"] == "completed"
           and finished["epochs_done"] == 1, f"the run did not complete one epoch: {finished}")
     run_dir = Path(started["run_dir"])
@@ -180,7 +183,9 @@ def check_gui(bundle: Path, work: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    bundle = Path(argv[0] if argv else "dist/mgpu-gui").absolute()
+    with_jax = "--jax" in argv  # a bundle built with --with-jax trains on JAX too
+    paths = [a for a in argv if a != "--jax"]
+    bundle = Path(paths[0] if paths else "dist/mgpu-gui").absolute()
     steps = [("files", lambda work: check_files(bundle))]
     run_dir: list[Path] = []
     steps += [
@@ -190,6 +195,9 @@ def main(argv: list[str]) -> int:
         ("a queued job through the frozen queue runner", lambda work: check_queue(bundle, work)),
         ("the GUI starts", lambda work: check_gui(bundle, work)),
     ]
+    if with_jax:
+        steps.append(("one CPU epoch on the JAX engine through the frozen worker",
+                      lambda work: check_training(bundle, work, "jax")))
     total = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="mgpu-bundle-smoke-") as tmp:
         for name, step in steps:
