@@ -62,7 +62,7 @@ from mgpu_gui.gui.panels.runs import RunsPanel
 from mgpu_gui.gui.run_history import RunHistory
 from mgpu_gui.gui.run_notices import outcome_notice
 from mgpu_gui.gui.sweep_actions import SweepActions
-from mgpu_gui.gui.theme import follow_system_scheme, refresh_style_sheets
+from mgpu_gui.gui.theme import follow_system_scheme, is_palette_change, refresh_style_sheets
 from mgpu_gui.gui.tool_dialogs import ToolDialogs
 from mgpu_gui.gui.widgets.error_banner import ErrorBanner
 from mgpu_gui.gui.widgets.form_scroll import FormScrollArea
@@ -400,7 +400,7 @@ class MainWindow(WindowActions, ToolDialogs, SweepActions, RunHistory, ExportAct
 
     def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt's name)
         super().changeEvent(event)
-        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
+        if is_palette_change(event):
             refresh_style_sheets(self)  # light <-> dark: styled widgets keep old palettes
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 (Qt's name)

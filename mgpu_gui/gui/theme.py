@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from PySide6.QtCore import QObject, Qt
+from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtGui import QColor, QGuiApplication, QPalette
 from PySide6.QtWidgets import QWidget
 
@@ -125,6 +125,23 @@ def plot_colors(palette: QPalette | None = None) -> PlotColors:
         dark=dark, background=background.name(), text=text.name(), axis=axis.name(),
         series=tuple(readable(c, background, MIN_CURVE_CONTRAST).name() for c in SERIES),
         **curve)
+
+
+PALETTE_EVENTS = (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange)
+
+
+def is_palette_change(event: QEvent) -> bool:
+    """Whether a widget's `changeEvent` says its palette (light or dark) changed."""
+    return event.type() in PALETTE_EVENTS
+
+
+def changed_plot_colors(widget: QWidget, event: QEvent, current: PlotColors) -> PlotColors | None:
+    """The plot colours for `widget`'s new palette when `event` changed it to another
+    scheme; None when the plots may keep `current` (pyqtgraph draws explicit colours)."""
+    if not is_palette_change(event):
+        return None
+    colors = plot_colors(widget.palette())
+    return None if colors == current else colors
 
 
 def _mix(a: QColor, b: QColor, weight: float) -> QColor:

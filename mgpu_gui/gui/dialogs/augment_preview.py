@@ -32,7 +32,7 @@ from mgpu_gui.core.augment import parse_augment
 from mgpu_gui.core.augment_preview import PreviewRequest
 from mgpu_gui.gui.jobs.augment_preview import AugmentPreviewLoader, PreviewRow
 from mgpu_gui.gui.jobs.background_job import source_name
-from mgpu_gui.gui.theme import on_background
+from mgpu_gui.gui.theme import is_palette_change, on_background
 from mgpu_gui.gui.widgets.field_cells import ERROR_COLOR
 from mgpu_gui.gui.widgets.screen_fit import fit_to_screen
 from mgpu_gui.gui.widgets.thumbnail_grid import PAD, ThumbnailGrid, ThumbnailRow
@@ -213,7 +213,7 @@ class AugmentPreviewDialog(QDialog):
 
     def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt's name)
         super().changeEvent(event)
-        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
+        if is_palette_change(event):
             self._color_message()
 
     def _color_message(self) -> None:

@@ -38,7 +38,7 @@ from mgpu_gui.core.datasets.overview import (
 )
 from mgpu_gui.gui.jobs.background_job import source_name
 from mgpu_gui.gui.jobs.data_overview import DataOverviewLoader, OverviewFigures
-from mgpu_gui.gui.theme import on_background
+from mgpu_gui.gui.theme import is_palette_change, on_background
 from mgpu_gui.gui.widgets.class_bars import ClassBars
 from mgpu_gui.gui.widgets.field_cells import ERROR_COLOR
 from mgpu_gui.gui.widgets.screen_fit import fit_to_screen
@@ -214,7 +214,7 @@ class DataView(QWidget):
 
     def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt's name)
         super().changeEvent(event)
-        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
+        if is_palette_change(event):
             self._color_texts()
 
     def _color_texts(self) -> None:

@@ -40,7 +40,7 @@ from mgpu_gui.core.runs.compare import (
 from mgpu_gui.core.runs.seed_bands import BandKind, seed_band, seed_groups
 from mgpu_gui.gui.jobs.child_job import ChildJobRunner
 from mgpu_gui.gui.jobs.compare_reader import CompareReadJob, CompareRequest
-from mgpu_gui.gui.theme import plot_colors
+from mgpu_gui.gui.theme import changed_plot_colors, plot_colors
 from mgpu_gui.gui.widgets.compare_table import ComparisonModel, comparison_view
 from mgpu_gui.gui.widgets.plot_export import install_export
 from mgpu_gui.gui.widgets.plots import color_plot
@@ -269,13 +269,12 @@ class RunCompareView(QWidget):
 
     def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt's name)
         super().changeEvent(event)
-        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
-            colors = plot_colors(self.palette())
-            if colors != self.colors:  # light <-> dark: redraw in the new colours
-                self.colors = colors
-                self._color_legend()
-                color_plot(self.plot, colors)
-                self.redraw()
+        colors = changed_plot_colors(self, event, self.colors)
+        if colors is not None:  # light <-> dark: redraw in the new colours
+            self.colors = colors
+            self._color_legend()
+            color_plot(self.plot, colors)
+            self.redraw()
 
     def _color_legend(self) -> None:
         self.legend.setLabelTextColor(self.colors.text)

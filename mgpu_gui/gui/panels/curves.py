@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 from mgpu_gui.core.events import BatchEnd, EpochEnd, Event, RunFailed, RunFinished, RunStarted
 from mgpu_gui.core.runs.telemetry_store import RunTelemetry
 from mgpu_gui.core.series import SeriesStore, XAxis, family_of
-from mgpu_gui.gui.theme import PlotColors, plot_colors
+from mgpu_gui.gui.theme import PlotColors, changed_plot_colors, plot_colors
 from mgpu_gui.gui.widgets.family_plot import FamilyPlot, color_stage, show_stage, stage_marker
 from mgpu_gui.gui.widgets.plot_export import install_export
 from mgpu_gui.gui.widgets.plots import (
@@ -197,11 +197,10 @@ class CurvesPanel(QWidget):
 
     def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt's name)
         super().changeEvent(event)
-        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
-            colors = plot_colors(self.palette())
-            if colors != self._colors:  # light <-> dark: the plots draw explicit colours
-                self._colors = colors
-                self._apply_colors()
+        colors = changed_plot_colors(self, event, self._colors)
+        if colors is not None:  # light <-> dark: the plots draw explicit colours
+            self._colors = colors
+            self._apply_colors()
 
     def _apply_colors(self) -> None:
         colors = self._colors

@@ -20,7 +20,7 @@ from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QApplication, QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
 from mgpu_gui.core.tools.scaling import ScalingReport, describe, device_word
-from mgpu_gui.gui.theme import PlotColors, on_background, plot_colors
+from mgpu_gui.gui.theme import PlotColors, changed_plot_colors, on_background, plot_colors
 from mgpu_gui.gui.widgets.plot_export import install_export
 from mgpu_gui.gui.widgets.plots import EDGE_PX, color_plot, keep_edges_whole
 
@@ -118,11 +118,8 @@ class ScalingPlot(QWidget):
 
     def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt's name)
         super().changeEvent(event)
-        if self._fixed_colors or event.type() not in (QEvent.Type.PaletteChange,
-                                                      QEvent.Type.ApplicationPaletteChange):
-            return
-        colors = plot_colors(self.palette())
-        if colors != self._colors:
+        colors = None if self._fixed_colors else changed_plot_colors(self, event, self._colors)
+        if colors is not None:
             self._colors = colors
             self._apply_colors()
 

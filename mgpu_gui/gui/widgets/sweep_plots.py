@@ -25,7 +25,7 @@ from mgpu_gui.core.runs.compare import setting_text
 from mgpu_gui.core.sweeps.plots import Axis, Scatter, parallel_data, scatter_data
 from mgpu_gui.core.sweeps.results import SweepResults
 from mgpu_gui.core.sweeps.space import Parameter
-from mgpu_gui.gui.theme import plot_colors
+from mgpu_gui.gui.theme import changed_plot_colors, plot_colors
 from mgpu_gui.gui.widgets.plot_export import install_export
 from mgpu_gui.gui.widgets.plots import color_plot, keep_edges_whole
 from mgpu_gui.gui.widgets.setting_colors import color_by_setting
@@ -75,12 +75,11 @@ class _SweepPlot(QWidget):
 
     def changeEvent(self, event: QEvent) -> None:  # noqa: N802 (Qt's name)
         super().changeEvent(event)
-        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
-            colors = plot_colors(self.palette())
-            if colors != self.colors:  # light <-> dark: redraw in the new colours
-                self.colors = colors
-                self._style()
-                self.redraw()
+        colors = changed_plot_colors(self, event, self.colors)
+        if colors is not None:  # light <-> dark: redraw in the new colours
+            self.colors = colors
+            self._style()
+            self.redraw()
 
 
 class SweepScatter(_SweepPlot):
