@@ -13,12 +13,10 @@ import time
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
-    QHBoxLayout,
     QLabel,
     QMessageBox,
     QPushButton,
     QTableWidgetItem,
-    QVBoxLayout,
     QWidget,
 )
 
@@ -35,6 +33,7 @@ from mgpu_gui.core.runs.queue import (
     runner_pid,
 )
 from mgpu_gui.core.runs.store import RunStore
+from mgpu_gui.gui.widgets.action_column import lay_out_panel
 from mgpu_gui.gui.widgets.tables import read_only_table
 
 REFRESH_MS = 2_000  # claims and job states change when runs start and end elsewhere
@@ -94,17 +93,7 @@ class QueuePanel(QWidget):
                                       "started job, stop its run at the next batch (it stays "
                                       "resumable)")
         self.cancel_button.clicked.connect(self.cancel_selected)
-        buttons = QVBoxLayout()
-        buttons.addWidget(self.cancel_button)
-        buttons.addStretch(1)
-        body = QHBoxLayout()
-        body.setContentsMargins(0, 0, 0, 0)
-        body.addWidget(self.table, 1)
-        body.addLayout(buttons)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(2, 2, 2, 2)
-        layout.addWidget(self.note)
-        layout.addLayout(body, 1)
+        lay_out_panel(self, self.note, self.table, [self.cancel_button])
 
         self.table.itemSelectionChanged.connect(self._update_buttons)
         self._timer = QTimer(self)

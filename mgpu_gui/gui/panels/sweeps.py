@@ -16,12 +16,10 @@ import time
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QHideEvent, QShowEvent
 from PySide6.QtWidgets import (
-    QHBoxLayout,
     QLabel,
     QPushButton,
     QStackedWidget,
     QTableWidgetItem,
-    QVBoxLayout,
     QWidget,
 )
 
@@ -31,6 +29,7 @@ from mgpu_gui.core.sweeps.store import CancelledSweep, cancel_sweep
 from mgpu_gui.gui.dialogs.sweep_view import cancelled_text, confirm_cancel
 from mgpu_gui.gui.jobs.child_job import ChildJobRunner
 from mgpu_gui.gui.jobs.sweep_jobs import Refused, StoreJob, SweepSummary, sweep_summaries
+from mgpu_gui.gui.widgets.action_column import lay_out_panel
 from mgpu_gui.gui.widgets.tables import read_only_table
 
 REFRESH_MS = 5_000  # while visible, as the Runs tab: trials start and end elsewhere
@@ -73,18 +72,7 @@ class SweepsPanel(QWidget):
         self.cancel_button.setToolTip("Drop the selected sweep's waiting trials and stop its "
                                       "running ones (they stay resumable); asks first")
         self.cancel_button.clicked.connect(self.cancel_selected)
-        buttons = QVBoxLayout()
-        buttons.addWidget(self.open_button)
-        buttons.addWidget(self.cancel_button)
-        buttons.addStretch(1)
-        body = QHBoxLayout()
-        body.setContentsMargins(0, 0, 0, 0)
-        body.addWidget(self.stack, 1)
-        body.addLayout(buttons)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(2, 2, 2, 2)
-        layout.addWidget(self.note)
-        layout.addLayout(body, 1)
+        lay_out_panel(self, self.note, self.stack, [self.open_button, self.cancel_button])
 
         self.reader = ChildJobRunner(self)
         self.reader.finished.connect(self._read)

@@ -8,7 +8,33 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QMenu, QSizePolicy, QToolButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QAbstractButton,
+    QHBoxLayout,
+    QMenu,
+    QSizePolicy,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+
+def lay_out_panel(panel: QWidget, note: QWidget, main: QWidget,
+                  buttons: list[QAbstractButton]) -> None:
+    """A tab's panel as the Queue and Sweeps tabs have it: a note over its table (or
+    what stands for it), the buttons in a column beside it, top-aligned."""
+    column = QVBoxLayout()
+    for button in buttons:
+        column.addWidget(button)
+    column.addStretch(1)
+    body = QHBoxLayout()
+    body.setContentsMargins(0, 0, 0, 0)
+    body.addWidget(main, 1)
+    body.addLayout(column)
+    layout = QVBoxLayout(panel)
+    layout.setContentsMargins(2, 2, 2, 2)
+    layout.addWidget(note)
+    layout.addLayout(body, 1)
 
 
 def _button(parent: QWidget, name: str) -> QToolButton:
