@@ -18,7 +18,7 @@ from typing import Any
 
 from mgpu_gui.core.config import DeviceKind
 from mgpu_gui.core.devices.plan import DevicePlan
-from mgpu_gui.core.engines import Engine, engine_env
+from mgpu_gui.core.engines import Engine, InputPipeline, engine_env
 from mgpu_gui.core.errors import DeviceError
 
 CUDA_EXTRA_HINT = "pip install 'mgpu-gui[cuda]'"
@@ -65,12 +65,12 @@ def apply_device_env(
     env.update(changes)
 
 
-def make_strategy(plan: DevicePlan, engine: Engine = Engine.TENSORFLOW, *,
-                  tf_data: bool = True) -> tuple[Any, str]:
+def make_strategy(plan: DevicePlan, engine: Engine = Engine.TENSORFLOW,
+                  pipeline: InputPipeline = InputPipeline.TF_DATA) -> tuple[Any, str]:
     """A MirroredStrategy over the plan's devices (on JAX: a DataParallel behind the
     same interface, engine/jax_strategy.py), and how replicas reduce, in words.
-    `tf_data`: a JAX run fed by tf.data, whose TensorFlow must see no GPU (else the
-    JAX run imports no TensorFlow at all).
+    `pipeline`: what feeds the run (`inputs.pipeline_for`); a JAX run fed by tf.data
+    hides the GPUs from its TensorFlow, one on the Python pipeline imports none.
 
     Raises DeviceError when TensorFlow cannot see the planned devices, and
     RuntimeError when TensorFlow initialised its devices before this call.
@@ -78,7 +78,8 @@ def make_strategy(plan: DevicePlan, engine: Engine = Engine.TENSORFLOW, *,
     if engine is Engine.JAX:
         from mgpu_gui.engine.jax_strategy import make_jax_strategy
 
-        return make_jax_strategy(plan, hide_gpus_from_tensorflow=tf_data)
+        return make_jax_strategy(
+            plan, hide_gpus_from_tensorflow=pipeline is InputPipeline.TF_DATA)
     import tensorflow as tf
 
     if plan.kind is DeviceKind.CPU:

@@ -46,7 +46,7 @@ from typing import Any
 
 from mgpu_gui.core.config import DeviceKind, RunConfig
 from mgpu_gui.core.devices.plan import DevicePlan
-from mgpu_gui.core.engines import Engine, InputPipeline
+from mgpu_gui.core.engines import Engine
 from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.tools.batch_search import (
     ProbeResult,
@@ -149,8 +149,7 @@ class Probe:
 
         from mgpu_gui.engine.training import prepare
 
-        tf_data = pipeline_for(self.config) is InputPipeline.TF_DATA  # else no TensorFlow
-        strategy, _ = make_strategy(self.plan, self.engine, tf_data=tf_data)
+        strategy, _ = make_strategy(self.plan, self.engine, pipeline_for(self.config))
         self.emit({"type": "phase", "phase": "building"})
         if self.config.seed is not None:
             keras.utils.set_random_seed(self.config.seed)

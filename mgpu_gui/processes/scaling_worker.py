@@ -35,7 +35,7 @@ from typing import Any
 
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.devices.plan import DevicePlan
-from mgpu_gui.core.engines import Engine, InputPipeline
+from mgpu_gui.core.engines import Engine
 from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.tools.batch_search import is_out_of_memory
 from mgpu_gui.core.tools.scaling import CountResult, PointStatus
@@ -151,8 +151,7 @@ def run(request: dict[str, Any], emit: Emit) -> CountResult:
 
         engine = Engine(config.engine)
         apply_device_env(plan, engine=engine)  # before TensorFlow, Keras or JAX is imported
-        tf_data = pipeline_for(config) is InputPipeline.TF_DATA  # else no TensorFlow
-        strategy, _ = make_strategy(plan, engine, tf_data=tf_data)
+        strategy, _ = make_strategy(plan, engine, pipeline_for(config))
         result = time_steps(config, strategy, steps=steps, warmup=warmup, emit=emit)
         # What a person recognises ("GPU 0: NVIDIA H100 (GPU-…)") over TensorFlow's names.
         return dataclasses.replace(result, device_names=tuple(plan.names) or result.device_names)

@@ -294,8 +294,7 @@ def main(argv: list[str] | None = None) -> int:
             cluster = ClusterSpec.from_json(run_dir.cluster_json.read_text())
             strategy, cross_device_ops = make_cluster_strategy(plan, cluster)
         else:
-            strategy, cross_device_ops = make_strategy(
-                plan, engine, tf_data=pipeline is InputPipeline.TF_DATA)
+            strategy, cross_device_ops = make_strategy(plan, engine, pipeline)
         record_run_environment(run_dir, channel, engine, pipeline)
         extra_callbacks = fault_callbacks(run_dir, channel)
     except Exception as error:
