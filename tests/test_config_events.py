@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import pkgutil
+import subprocess
+import sys
 
 import pytest
 
+import mgpu_gui.core
 from mgpu_gui.core.config import (
     DeviceKind,
     DeviceSelection,
@@ -18,7 +23,9 @@ from mgpu_gui.core.errors import ConfigError
 from mgpu_gui.core.events import (
     EVENT_TYPES,
     BatchEnd,
+    ChildFailure,
     EpochEnd,
+    Event,
     Phase,
     RunFailed,
     RunFinished,
@@ -100,6 +107,30 @@ def test_events_round_trip_through_json_lines():
         assert back.to_json() == event.to_json()  # NaN included: compared as JSON text
     assert {type(e).type for e in sample_events()} <= set(EVENT_TYPES)
 
+
+
+def test_every_event_type_parses_in_a_process_that_imported_nothing_else():
+    """The registry is complete wherever events are parsed: a supervisor's Diagnosed once
+    parsed only after core/runs/diagnosis.py happened to be imported (KeyError)."""
+    code = ("import sys; from mgpu_gui.core.events import Diagnosed, parse_event; "
+            "assert 'mgpu_gui.core.runs.diagnosis' not in sys.modules; "
+            "e = parse_event(Diagnosed(kind='unknown', input_wait=None, utilization=None, "
+            "text='x', epoch=0).to_json()); print(type(e).__name__)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.stdout.strip() == "Diagnosed", done.stderr
+
+
+def test_every_event_class_in_the_package_is_registered_under_its_own_type():
+    for module in pkgutil.walk_packages(mgpu_gui.core.__path__, "mgpu_gui.core."):
+        importlib.import_module(module.name)
+    classes = set(_subclasses(Event)) - {ChildFailure}
+    assert classes == set(EVENT_TYPES.values())
+    assert len({cls.type for cls in classes}) == len(classes)
+
+
+def _subclasses(cls: type) -> list[type]:
+    return [c for sub in cls.__subclasses__() for c in (sub, *_subclasses(sub))]
 
 def test_batch_arithmetic():
     assert (steps(1797, 256), dropped_per_epoch(1797, 256)) == (7, 5)

@@ -214,12 +214,23 @@ class ExportReloaded(Event):
     predictions: str  # an .npz of the outputs, in tf.nest order
 
 
-EVENT_TYPES: dict[str, type[Event]] = {
-    cls.type: cls
-    for cls in (RunStarted, BatchEnd, EpochEnd, StageStarted, LogMessage, ClusterFormed,
-                CheckpointSaved, ModelExported, Evaluated, RunFinished, RunFailed, ExportDone,
-                ExportFailed, ExportReloaded)
-}
+@dataclass(frozen=True)
+class Diagnosed(Event):
+    """A verdict: at an epoch's end (`epoch`, 0-based) or within one (`epoch` None).
+    Made by the run's supervisor (core/runs/diagnosis.py), not the worker: it is in no
+    events.jsonl."""
+
+    type: ClassVar[str] = "diagnosed"
+    kind: str  # a VerdictKind
+    input_wait: float | None
+    utilization: float | None
+    text: str
+    epoch: int | None = None
+
+    @property
+    def line(self) -> str | None:
+        """The run log's and the terminal's line: one per epoch."""
+        return None if self.epoch is None else f"Epoch {self.epoch + 1}: {self.text}"
 
 
 def parse_event(line: str) -> Event:
@@ -300,9 +311,6 @@ class InspectFailed(Event):
     user_error: bool  # a UserError (or the memory cap): the file is at fault, not the code
 
 
-EVENT_TYPES.update({cls.type: cls for cls in (InspectorReady, FileInspected, InspectFailed)})
-
-
 # -- the model probe (processes/model_probe.py, core/tools/model_probe.py) -------------------
 @dataclass(frozen=True)
 class ModelProbed(Event):
@@ -338,9 +346,6 @@ class TfFactsGathered(Event):
     facts: dict[str, Any]
 
 
-EVENT_TYPES.update({cls.type: cls for cls in (ModelProbed, ModelProbeFailed, TfFactsGathered)})
-
-
 # -- the data content check (processes/data_check.py, core/children/data_check.py) ----------
 @dataclass(frozen=True)
 class DataCheckProgress(Event):
@@ -374,9 +379,6 @@ class DataCheckFailed(Event):
     user_error: bool
 
 
-EVENT_TYPES.update({cls.type: cls for cls in (DataCheckProgress, DataChecked, DataCheckFailed)})
-
-
 # -- evaluation (processes/evaluator.py, core/tools/evaluate_job.py) ------------------------
 @dataclass(frozen=True)
 class EvaluationProgress(Event):
@@ -399,10 +401,6 @@ class EvaluationFailed(ChildFailure):
     type: ClassVar[str] = "evaluation_failed"
 
 
-EVENT_TYPES.update({cls.type: cls for cls in (EvaluationProgress, EvaluationDone,
-                                              EvaluationFailed)})
-
-
 @dataclass(frozen=True)
 class PredictionsMade(Event):
     """`predict`'s answer: per file its top classes, or why it could not be read."""
@@ -410,9 +408,6 @@ class PredictionsMade(Event):
     type: ClassVar[str] = "predictions_made"
     rows: list  # {"file", "top": [[class, probability], ...], "error"}
     inputs: str  # what was done to each file, and whether the model's card said so
-
-
-EVENT_TYPES[PredictionsMade.type] = PredictionsMade
 
 
 @dataclass(frozen=True)
@@ -432,9 +427,6 @@ class SamplesDrawFailed(ChildFailure):
     type: ClassVar[str] = "samples_draw_failed"
 
 
-EVENT_TYPES.update({cls.type: cls for cls in (SamplesDrawn, SamplesDrawFailed)})
-
-
 # -- the Data view (processes/data_overview.py, core/children/data_overview.py) --------------
 @dataclass(frozen=True)
 class DataOverviewed(Event):
@@ -450,9 +442,6 @@ class DataOverviewFailed(ChildFailure):
     """The data could not be read (`user_error`) or the overview itself failed."""
 
     type: ClassVar[str] = "data_overview_failed"
-
-
-EVENT_TYPES.update({cls.type: cls for cls in (DataOverviewed, DataOverviewFailed)})
 
 
 # -- the augmentation preview (processes/augment_preview.py, core/augment_preview.py) --------
@@ -481,5 +470,11 @@ class AugmentPreviewFailed(ChildFailure):
     type: ClassVar[str] = "augment_preview_failed"
 
 
-EVENT_TYPES.update({cls.type: cls for cls in (AugmentPreviewRow, AugmentPreviewDone,
-                                              AugmentPreviewFailed)})
+def _event_classes(cls: type[Event]) -> list[type[Event]]:
+    return [cls, *(c for sub in cls.__subclasses__() for c in _event_classes(sub))]
+
+
+# Every event class is defined above, so whoever parses knows every type: the registry
+# does not depend on which other modules happen to be imported.
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.type: cls for cls in _event_classes(Event) if cls not in (Event, ChildFailure)}

@@ -6,6 +6,7 @@ import re
 
 from mgpu_gui.core.events import (
     CheckpointSaved,
+    Diagnosed,
     EpochEnd,
     Evaluated,
     Event,
@@ -20,7 +21,6 @@ from mgpu_gui.core.events import (
 from mgpu_gui.core.lr_schedule import format_lr
 from mgpu_gui.core.modelfiles.compile_facts import CompileSource, optimizer_text
 from mgpu_gui.core.progress import format_metrics, format_rate
-from mgpu_gui.core.runs.diagnosis import Diagnosed
 
 
 def event_lines(event: Event, *, verbose: bool = False) -> list[str]:

@@ -14,10 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import ClassVar
 
 from mgpu_gui.core.config import DEMO, RunConfig
-from mgpu_gui.core.events import EVENT_TYPES, BatchEnd, EpochEnd, Event
+from mgpu_gui.core.events import BatchEnd, Diagnosed, EpochEnd, Event
 
 INPUT_BOUND_SHARE = 0.25  # this much of each step waiting for data is worth fixing first
 LOW_UTILIZATION = 60.0  # % busy: GPUs below it with little input wait wait for each other
@@ -95,27 +94,6 @@ def _input_fixes(s: InputSettings) -> list[str]:
         fixes.append("free CPU cores for the input pipeline (other processes, fewer CPU "
                      "replicas)")
     return fixes
-
-
-@dataclass(frozen=True)
-class Diagnosed(Event):
-    """A verdict: at an epoch's end (`epoch`, 0-based) or within one (`epoch` None).
-    Made by the run's supervisor, not the worker: it is in no events.jsonl."""
-
-    type: ClassVar[str] = "diagnosed"
-    kind: str  # a VerdictKind
-    input_wait: float | None
-    utilization: float | None
-    text: str
-    epoch: int | None = None
-
-    @property
-    def line(self) -> str | None:
-        """The run log's and the terminal's line: one per epoch."""
-        return None if self.epoch is None else f"Epoch {self.epoch + 1}: {self.text}"
-
-
-EVENT_TYPES[Diagnosed.type] = Diagnosed
 
 
 class Diagnostician:

@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QGridLayout, QLabel, QProgressBar, QSizePolicy, QW
 
 from mgpu_gui.core.events import (
     BatchEnd,
+    Diagnosed,
     EpochEnd,
     Event,
     RunFailed,
@@ -23,7 +24,6 @@ from mgpu_gui.core.events import (
     RunStatus,
 )
 from mgpu_gui.core.progress import Progress, format_duration, format_rate
-from mgpu_gui.core.runs.diagnosis import Diagnosed
 
 BAR_MAX = 1000
 _GPU_NAME = re.compile(r"^GPU \d+(?: MIG \d+)?")
