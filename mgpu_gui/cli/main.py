@@ -10,8 +10,11 @@ under --debug.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from mgpu_gui.cli import (
@@ -82,8 +85,29 @@ def _with_command(argv: list[str]) -> list[str]:
     return globals_ + ["train"] + rest
 
 
+@contextmanager
+def _signal_handlers_restored() -> Iterator[None]:
+    """Commands take Ctrl-C and SIGTERM for themselves (stop the run, cancel the child);
+    once one returns, whoever called `main` (a shell, a test runner, a program embedding
+    the CLI) gets its own handlers back, or it could never be interrupted again."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # Python sets handlers only from the main thread
+        return
+    saved = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for number, handler in saved.items():
+            if handler is not None:  # None: set outside Python, and cannot be set back
+                signal.signal(number, handler)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    words = list(sys.argv[1:] if argv is None else argv)
+    with _signal_handlers_restored():
+        return _run_command(list(sys.argv[1:] if argv is None else argv))
+
+
+def _run_command(words: list[str]) -> int:
     args = build_parser().parse_args(_with_command(words))
     args.command_line = words  # for a failure's advice: the same command with a change
     try:
