@@ -31,15 +31,18 @@ class FollowingLog(QPlainTextEdit):
 
     def _scrolled_by_user(self, action: int) -> None:
         if action != QAbstractSlider.SliderAction.SliderNoAction.value:
-            QTimer.singleShot(0, self._note_position)  # the bar moves after this signal
+            bar = self.verticalScrollBar()  # its position is the action's, its value not yet
+            self.following = bar.sliderPosition() >= bar.maximum()
 
-    def _note_position(self) -> None:
-        bar = self.verticalScrollBar()
-        self.following = bar.value() >= bar.maximum()
+    def _keep_following(self, _minimum: int, _maximum: int) -> None:
+        # After the event that changed the range: a resize moves the bar back to the
+        # first visible line once this signal has been handled.
+        QTimer.singleShot(0, self, self._to_end_if_following)
 
-    def _keep_following(self, _minimum: int, maximum: int) -> None:
+    def _to_end_if_following(self) -> None:
         if self.following:
-            self.verticalScrollBar().setValue(maximum)
+            bar = self.verticalScrollBar()
+            bar.setValue(bar.maximum())
 
 
 class LogPanel(QTabWidget):
