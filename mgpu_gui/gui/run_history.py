@@ -50,7 +50,7 @@ class RunHistory:
         if self.run_telemetry is not None:
             self.run_telemetry.stop()
         if self.reconciler is not None:
-            self.reconciler.wait(10.0)
+            self.reconciler.stop(10.0)
         if self._owns_store and self.store is not None:
             self.store.close()
 

@@ -249,15 +249,19 @@ class StoreDatabase:
         return str(mode)
 
     def _migrate(self) -> None:
+        # A store of the current schema (every open but the first) is only read here: no
+        # write lock, so opening never waits behind another connection's writes (a reader
+        # thread opening its connection while a run is recorded, another app instance).
+        version = self._version()
+        self._check_version(version)
+        if version == SCHEMA_VERSION:
+            return
+
         def migrate() -> None:
             self.db.execute("BEGIN IMMEDIATE")
             try:
-                version = self.db.execute("PRAGMA user_version").fetchone()[0]
-                if version > SCHEMA_VERSION:
-                    raise StoreError(
-                        f"The run store {self.path} was written by a newer mgpu-gui (schema "
-                        f"{version}, this one knows {SCHEMA_VERSION}). Update mgpu-gui, or set "
-                        f"{STORE_ENV} to use another store.")
+                version = self.db.execute("PRAGMA user_version").fetchone()[0]  # again, locked
+                self._check_version(version)
                 for number in range(version, SCHEMA_VERSION):
                     for statement in MIGRATIONS[number].split(";"):
                         if statement.strip():
@@ -269,6 +273,16 @@ class StoreDatabase:
                 raise
 
         retry(migrate)
+
+    def _version(self) -> int:
+        return int(retry(lambda: self.db.execute("PRAGMA user_version").fetchone()[0]))
+
+    def _check_version(self, version: int) -> None:
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"The run store {self.path} was written by a newer mgpu-gui (schema "
+                f"{version}, this one knows {SCHEMA_VERSION}). Update mgpu-gui, or set "
+                f"{STORE_ENV} to use another store.")
 
     @contextlib.contextmanager
     def write(self) -> Iterator[sqlite3.Connection]:

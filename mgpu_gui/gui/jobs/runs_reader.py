@@ -16,6 +16,7 @@ torn down without its shutdown, a failing test), a plain thread cannot.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from pathlib import Path
 
@@ -23,6 +24,8 @@ from PySide6.QtCore import QObject, Qt, Signal
 
 from mgpu_gui.core.runs.disk import measure
 from mgpu_gui.core.runs.store import RunStore
+
+STOP_WAIT_S = 5.0  # a read under way takes milliseconds; a stalled folder walk is left behind
 
 
 class RunsReader(QObject):
@@ -49,10 +52,11 @@ class RunsReader(QObject):
 
     def stop(self) -> None:
         """End the thread (after the read under way, milliseconds); nothing is delivered
-        after this."""
+        after this. The GUI thread waits `STOP_WAIT_S` at most: a read stuck in a folder
+        walk (a hung network mount) ends on its own, unheard, and closes its connection."""
         self._stopped = True
         self._wake.set()
-        self._thread.join()
+        self._thread.join(STOP_WAIT_S)
 
     def _loop(self) -> None:
         store: RunStore | None = None
@@ -69,7 +73,9 @@ class RunsReader(QObject):
                     result: tuple | str = (records, {r.id: measure(r.run_dir) for r in records})
                 except Exception as error:  # a broken or locked store must not break the app
                     result = f"Could not read the run history: {error}"
-                self._read.emit(asked, result)
+                # RuntimeError: this object went with its window while the read went on.
+                with contextlib.suppress(RuntimeError):
+                    self._read.emit(asked, result)
         finally:
             if store is not None:
                 store.close()

@@ -12,6 +12,7 @@ read for an earlier request or after `stop()`.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from PySide6.QtCore import QObject, Qt, Signal
 from mgpu_gui.core.runs.lock import is_live
 from mgpu_gui.core.runs.storedb import StoreDatabase
 from mgpu_gui.core.runs.telemetry_store import RunTelemetry, read_telemetry
+from mgpu_gui.gui.jobs.runs_reader import STOP_WAIT_S
 
 POLL_S = 2.0
 
@@ -51,10 +53,11 @@ class TelemetryReader(QObject):
             self._wake.set()
 
     def stop(self) -> None:
-        """End the thread (after the read under way); nothing is delivered after this."""
+        """End the thread (after the read under way); nothing is delivered after this. As
+        `RunsReader.stop`: the GUI thread waits `STOP_WAIT_S` at most."""
         self._stopped = True
         self._wake.set()
-        self._thread.join()
+        self._thread.join(STOP_WAIT_S)
 
     def _loop(self) -> None:
         database: StoreDatabase | None = None
@@ -83,7 +86,9 @@ class TelemetryReader(QObject):
                                                or is_live(Path(row["run_dir"])))
                 following = running or (after is not None and len(read) > 0)
                 if after is None or len(read):
-                    self._read.emit(request, read, after is None)
+                    # RuntimeError: this object went with its window while the read went on.
+                    with contextlib.suppress(RuntimeError):
+                        self._read.emit(request, read, after is None)
                 after = read.last_t or after
         finally:
             if database is not None:

@@ -2,16 +2,19 @@
 
 `StoreReconciler` runs `RunStore.reconcile()` on a plain thread with a
 connection of its own (replaying a long run's events.jsonl takes a while), and
-reports the interrupted runs back on the GUI thread. `ResumeOffer` is the
+reports the interrupted runs back on the GUI thread, through a private queued signal
+that drops what arrives after `stop()` (the window closed while a long replay went on:
+the thread may outlive the window, and must neither reach it nor raise). `ResumeOffer` is the
 non-modal banner over the plots that offers to resume the most recent one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QPushButton, QWidget
 
 from mgpu_gui.core.runs.store import RunRecord, RunStore
@@ -21,19 +24,22 @@ from mgpu_gui.gui.widgets.runs_table import short_name
 class StoreReconciler(QObject):
     """`RunStore(path).reconcile()` in the background; one pass per `start()`."""
 
-    done = Signal(list)  # the RunRecords found interrupted (emitted from the thread: queued)
+    done = Signal(list)  # the RunRecords found interrupted, on the GUI thread
     failed = Signal(str)
+    _result = Signal(object)  # from the thread: the records, or what went wrong
 
     def __init__(self, path: Path, parent: QObject | None = None):
         super().__init__(parent)
         self.path = path
         self._thread: threading.Thread | None = None
+        self._stopped = False
+        self._result.connect(self._deliver, Qt.ConnectionType.QueuedConnection)
 
     def is_running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
     def start(self) -> None:
-        if self.is_running():
+        if self.is_running() or self._stopped:
             return
         self._thread = threading.Thread(target=self._run, name="store-reconcile", daemon=True)
         self._thread.start()
@@ -43,14 +49,30 @@ class StoreReconciler(QObject):
             self._thread.join(timeout_s)
         return not self.is_running()
 
+    def stop(self, timeout_s: float) -> bool:
+        """Nothing is delivered after this; waits up to `timeout_s` for the pass under way
+        (a pass still going after that ends on its own connection, unheard)."""
+        self._stopped = True
+        return self.wait(timeout_s)
+
     def _run(self) -> None:
+        result: list[RunRecord] | str
         try:
             with RunStore(self.path) as store:
-                found = store.reconcile()
+                result = store.reconcile()
         except Exception as error:  # reported, never raised in a thread nobody watches
-            self.failed.emit(f"Could not check the run history for interrupted runs: {error}")
+            result = f"Could not check the run history for interrupted runs: {error}"
+        # RuntimeError: this object went with its window (closed during a long replay).
+        with contextlib.suppress(RuntimeError):
+            self._result.emit(result)
+
+    def _deliver(self, result: list[RunRecord] | str) -> None:
+        if self._stopped:  # queued before stop(): the window is closing
             return
-        self.done.emit(found)
+        if isinstance(result, str):
+            self.failed.emit(result)
+        else:
+            self.done.emit(result)
 
 
 def offer_text(records: list[RunRecord]) -> str:
