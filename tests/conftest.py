@@ -7,12 +7,45 @@ background work must be stopped by whoever started it.
 from __future__ import annotations
 
 import os
+import tempfile
+from pathlib import Path
 
 import pytest
+
+from tests.helpers import engine_starts
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ["CUDA_VISIBLE_DEVICES"] = ""  # tests must behave the same with or without a GPU
+# Children note the engines they start (one log per pytest process, xdist workers too).
+_fd, _name = tempfile.mkstemp(prefix="mgpu-engine-starts-", suffix=".tsv")
+os.close(_fd)
+_ENGINE_LOG = Path(_name)
+_ENGINES_BEFORE = pytest.StashKey[set]()
+os.environ[engine_starts.LOG_ENV] = str(_ENGINE_LOG)
+engine_starts.with_child_site(os.environ)
+
+
+def pytest_unconfigure(config):
+    _ENGINE_LOG.unlink(missing_ok=True)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    item.stash[_ENGINES_BEFORE] = engine_starts.started_engines()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    """Fail a test that starts TensorFlow or JAX without `slow`: here (its fixtures too,
+    module- and session-wide ones included) or in a child."""
+    if item.get_closest_marker("slow") or _ENGINES_BEFORE not in item.stash:
+        return
+    here = engine_starts.started_engines() - item.stash[_ENGINES_BEFORE]
+    children = engine_starts.started_by(item.nodeid, _ENGINE_LOG)
+    if here or children:
+        pytest.fail(f"started {', '.join([*sorted(here), *children])} without the `slow` "
+                    f"marker: mark it slow, or keep the engine out of it")
 
 
 @pytest.fixture

@@ -97,6 +97,7 @@ def test_light_layers_load_neither_qt_nor_tensorflow(layer):
     assert out.strip() == ""
 
 
+@pytest.mark.slow
 def test_engine_and_processes_never_import_qt():
     out = run_python("""
         import importlib, pkgutil, sys
@@ -109,6 +110,7 @@ def test_engine_and_processes_never_import_qt():
     assert out.split() == ["False", "True"]
 
 
+@pytest.mark.slow
 def test_gui_process_never_loads_tensorflow():
     out = run_python("""
         import sys

@@ -41,6 +41,7 @@ def test_images_are_picked_across_classes_seeded(folder):
     assert len(pick_images(PreviewRequest(str(folder), (32, 32), "flip", images=99))) == 6
 
 
+@pytest.mark.slow
 def test_the_training_layers_vary_the_images_and_an_empty_spec_leaves_them(folder):
     from mgpu_gui.engine import augmentation
 
@@ -62,6 +63,7 @@ def test_the_training_layers_vary_the_images_and_an_empty_spec_leaves_them(folde
     assert all(np.array_equal(v, original) for v in variants)
 
 
+@pytest.mark.slow
 def test_the_dialog_shows_the_childs_pictures(panel, qtbot, folder):
     assert not panel.augment_preview.isEnabled()  # the demo: nothing to augment
     panel.set_data_path(folder)

@@ -24,6 +24,8 @@ from mgpu_gui.engine.pipeline import (
     load_data,
 )
 
+pytestmark = pytest.mark.slow  # tf.data pipelines, built in this process
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -160,6 +162,7 @@ import os, signal, sys
 from pathlib import Path
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.engine import pipeline
+
 data = pipeline.load_data(RunConfig(data=sys.argv[1], image_size=(6, 6), validation_split=0))
 cache = pipeline.cache_for(data, "train", Path(sys.argv[2]), "disk")
 for i, _ in enumerate(pipeline.batch_for_training(data.train, data.train_samples, 2,

@@ -85,6 +85,7 @@ def test_one_verdict_per_epoch_and_within_an_epoch_at_most_every_interim():
 
 
 # -- measured in a real run ----------------------------------------------------------
+@pytest.mark.slow
 def test_slow_input_is_input_bound_and_the_plain_demo_is_not(host, tmp_path):
     config = RunConfig(epochs=3, batch_per_replica=64, output_dir=str(tmp_path),
                        devices=DeviceSelection(kind=DeviceKind.CPU, replicas=2),

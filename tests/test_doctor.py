@@ -270,6 +270,7 @@ def test_report_lists_facts_and_what_to_do():
 # -- on this machine ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_tensorflow_is_asked_in_a_child_on_this_machine():
     from mgpu_gui.core.tools.tf_facts import ask_tensorflow
 
@@ -307,6 +308,7 @@ def test_cli_doctor_json_and_exit_code(monkeypatch, capsys, nvml):
     assert "✗ " in printed and "→ pip uninstall -y tensorflow-cpu" in printed
 
 
+@pytest.mark.slow
 def test_cli_doctor_runs_for_real():
     done = subprocess.run([sys.executable, "-m", "mgpu_gui.cli.main", "doctor", "--json"],
                           capture_output=True, text=True, timeout=240)
@@ -316,6 +318,7 @@ def test_cli_doctor_runs_for_real():
     assert out["facts"]["nvml"]["state"] in {s.value for s in NvmlState}
 
 
+@pytest.mark.slow
 def test_cli_doctor_where_tensorflow_is_not_installed():
     """The JAX-only GPU machine: TensorFlow absent is said as such, and the check passes."""
     done = subprocess.run([sys.executable, "-m", "mgpu_gui.cli.main", "doctor", "--json"],
@@ -357,6 +360,7 @@ def test_doctor_dialog_shows_findings_and_copies_the_report(qtbot, nvml):
     assert "✗" in dialog.report_text()
 
 
+@pytest.mark.slow
 def test_check_my_setup_opens_at_once_and_asks_tensorflow_in_the_background(qtbot):
     from mgpu_gui.gui.jobs.telemetry_source import TelemetrySource
     from mgpu_gui.gui.main_window import MainWindow

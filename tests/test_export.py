@@ -25,6 +25,8 @@ from mgpu_gui.core.errors import ExportError
 from mgpu_gui.engine import export
 from mgpu_gui.engine.export import default_export_path, export_file, export_model
 
+pytestmark = pytest.mark.slow  # models trained and exported with TensorFlow here and in children
+
 CLASSES = ["cat", "dog"]
 
 

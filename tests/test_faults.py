@@ -371,6 +371,7 @@ def test_disk_filling_up_mid_run(files, tmp_path, tmpfs_ok):
     assert meta == {"epoch": 1, "model": "epoch-0001.keras"}
 
 
+@pytest.mark.slow
 def test_nearly_full_disk_is_refused_before_training(files, trained_keras, tmp_path, tmpfs_ok):
     mount = tmp_path / "disk"
     size = trained_keras.stat().st_size
@@ -387,6 +388,7 @@ def test_nearly_full_disk_is_refused_before_training(files, trained_keras, tmp_p
     assert not (tmp_path / "kept" / "runs").exists()  # refused before any run folder
 
 
+@pytest.mark.slow
 def test_read_only_output_folder_is_refused_before_training(files, tmp_path, tmpfs_ok):
     mount = tmp_path / "disk"
     code, out, err = run_on_tmpfs(mount, "ro,size=1m", "--model", files["wide"], "--data",

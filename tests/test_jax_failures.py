@@ -28,7 +28,7 @@ from mgpu_gui.engine.failures import (  # noqa: E402
 )
 from mgpu_gui.engine.jax_failures import JaxFailureKind, jax_failure  # noqa: E402
 
-pytestmark = pytest.mark.jax
+pytestmark = [pytest.mark.jax, pytest.mark.slow]  # JAX's own exceptions, raised here
 THIS = "test_jax_failures.py"
 
 

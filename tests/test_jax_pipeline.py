@@ -22,6 +22,8 @@ from mgpu_gui.core.engines import Engine, InputPipeline
 from mgpu_gui.engine import inputs, py_pipeline
 from tests.helpers.without_tensorflow import env_without_tensorflow
 
+pytestmark = pytest.mark.slow  # Keras on JAX in this process
+
 keras = pytest.importorskip("keras")
 
 

@@ -30,6 +30,8 @@ from mgpu_gui.core.tools.scaling_runner import JAX_NOTE, ScaleRequest, ScaleRunn
 from mgpu_gui.engine.device_memory import jax_peak_bytes
 from tests.helpers.without_tensorflow import env_without_tensorflow
 
+pytestmark = pytest.mark.slow  # JAX devices and allocators, in this process and in children
+
 NO_GPU = GpuInventory(NvmlState.NO_DRIVER)
 GB = 10 ** 9
 # What jax 0.10.2 raised for an allocation larger than the host's memory (seen here).
@@ -141,7 +143,9 @@ def tiny_run(tmp_path_factory) -> RunConfig:
 @pytest.fixture
 def no_tensorflow_children(monkeypatch):
     """The tools' children start as on the GPU machine, where only JAX is installed."""
-    monkeypatch.setenv("PYTHONPATH", env_without_tensorflow()["PYTHONPATH"])
+    hidden = env_without_tensorflow()
+    for name in ("PYTHONPATH", "MGPU_GUI_TEST_HIDE_TENSORFLOW"):
+        monkeypatch.setenv(name, hidden[name])
 
 
 @pytest.mark.slow

@@ -25,6 +25,8 @@ from mgpu_gui.core.errors import DataError, ModelError  # noqa: E402
 from mgpu_gui.core.modelfiles.inspection import inspect_model_file  # noqa: E402
 from mgpu_gui.engine import models, pipeline, py_pipeline  # noqa: E402
 
+pytestmark = pytest.mark.slow  # Keras models built under a strategy in this process
+
 RNG = np.random.default_rng(0)
 X = RNG.random((32, 4), dtype=np.float32)
 Y = RNG.integers(0, 3, 32)

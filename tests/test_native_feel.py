@@ -246,6 +246,7 @@ window.close()
 """
 
 
+@pytest.mark.slow
 def test_high_dpi_renders_at_device_pixels(tmp_path):
     """With QT_SCALE_FACTOR=2: the window reports 2 device pixels per logical pixel, its
     grab is twice the logical size, the hand-painted gauges, a pyqtgraph plot and the
@@ -442,6 +443,7 @@ def test_every_interactive_widget_has_an_accessible_name(qtbot, nvml):
 # -- About -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_about_opens_at_once_then_shows_what_tensorflow_reports(qtbot, nvml):
     inventory = query_inventory(nvml)
     window = MainWindow(telemetry=TelemetrySource(nvml=nvml, inventory=inventory))
@@ -478,6 +480,7 @@ def test_about_opens_at_once_then_shows_what_tensorflow_reports(qtbot, nvml):
     assert not about.probe.is_running() and not window.doctor_dialog
 
 
+@pytest.mark.slow
 def test_about_and_doctor_never_load_tensorflow_in_the_gui_process(tmp_path):
     script = """
         import sys

@@ -34,6 +34,8 @@ from mgpu_gui.core.events import (
 from mgpu_gui.core.lr_schedule import LinearScaling
 from mgpu_gui.engine import xla
 
+pytestmark = pytest.mark.slow  # Keras policies and XLA in this process
+
 NO_GPU = GpuInventory(state=NvmlState.NO_DRIVER, gpus=(), driver_version=None,
                       cuda_driver_version=None, message="No NVIDIA driver (test).")
 

@@ -303,6 +303,7 @@ def test_newer_probe_request_kills_the_older(panel, qtbot, tmp_path):
     assert panel.model_status.text() == ""
 
 
+@pytest.mark.slow
 def test_panel_never_imports_tensorflow(tmp_path):
     code = textwrap.dedent(f"""
         import sys

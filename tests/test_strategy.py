@@ -54,6 +54,8 @@ CHILD = textwrap.dedent(
     """
 )
 
+pytestmark = pytest.mark.slow  # TensorFlow strategies in this process and in fresh ones
+
 
 @pytest.mark.parametrize("replicas", [2, 4])
 def test_cpu_replicas_in_a_fresh_process(replicas):

@@ -37,6 +37,8 @@ from mgpu_gui.engine.unwrap import recover_model  # noqa: E402
 from mgpu_gui.engine.unwrap_weights import SkippedState  # noqa: E402
 from tests import legacy_models as lm  # noqa: E402
 
+pytestmark = pytest.mark.slow  # legacy files rebuilt with Keras in this process
+
 TOL = 1e-5
 
 
