@@ -38,8 +38,9 @@ def pytest_runtest_setup(item):
 @pytest.hookimpl(trylast=True)
 def pytest_runtest_teardown(item, nextitem):
     """Fail a test that starts TensorFlow or JAX without `slow`: here (its fixtures too,
-    module- and session-wide ones included) or in a child."""
-    if item.get_closest_marker("slow") or _ENGINES_BEFORE not in item.stash:
+    module- and session-wide ones included) or in a child. `gpu` tests run on their own."""
+    if (item.get_closest_marker("slow") or item.get_closest_marker("gpu")
+            or _ENGINES_BEFORE not in item.stash):
         return
     here = engine_starts.started_engines() - item.stash[_ENGINES_BEFORE]
     children = engine_starts.started_by(item.nodeid, _ENGINE_LOG)
