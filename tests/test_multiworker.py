@@ -177,8 +177,19 @@ def workers(files, tmp_path, ports, *, flags=None, peer_timeout=30, tag="") -> l
 
 @pytest.mark.slow
 def test_two_workers_train_like_one_process_with_two_replicas(files, tmp_path):
-    """Through both transfer-learning stages: the second recompiles the model, and each
-    worker's step functions must be traced again for its trainable weights and metrics."""
+    """Two workers of one replica each train exactly as one process with two replicas.
+
+    The same losses per epoch prove that each worker trains on its half of the global batch
+    one machine would train on (both read the same seeded order: the input's epoch e is
+    a function of (seed, e) alone, `pipeline.EpochShuffle`), that the gradients are summed
+    across the workers, and that the metrics are reduced over every replica. Three epochs
+    through both transfer-learning stages (1 frozen + 2 fine-tuned): the second `fit`
+    recompiles the model, so each worker's step functions are traced again for its
+    trainable weights and metrics, and its new iterator starts at the stage's epoch; the
+    epoch inside stage 2 checks an iterator counting on by itself. The CLI's fixed costs
+    (starting TensorFlow, the cluster, the export's check in a fresh process) take nearly
+    all the time; the 7 steps of an epoch take about 0.1 s.
+    """
     import keras
 
     single = Cli("train", "--replicas", "2", *train_args(files, tmp_path / "single", **TRANSFER),
@@ -190,10 +201,14 @@ def test_two_workers_train_like_one_process_with_two_replicas(files, tmp_path):
     losses = {name: [e.metrics["loss"] for e in cli.of(EpochEnd)]
               for name, cli in (("chief", chief), ("other", other), ("single", single))}
     assert len(losses["single"]) == EPOCHS
-    assert np.allclose(losses["chief"], losses["single"], atol=1e-3), losses
-    assert np.allclose(losses["other"], losses["single"], atol=1e-3), losses
+    # Measured on 2 cores, 15 repeats (11 with the three processes sharing one core): the
+    # same losses to 6 decimals every time, the workers' and the one process's at most
+    # 2.4e-7 apart (one float32 step). Batches in another order move them by 0.003-0.1.
+    assert np.allclose(losses["chief"], losses["single"], rtol=0, atol=1e-5), losses
+    assert np.allclose(losses["other"], losses["single"], rtol=0, atol=1e-5), losses
     val = [e.metrics["val_loss"] for e in chief.of(EpochEnd)]
-    assert np.allclose(val, [e.metrics["val_loss"] for e in single.of(EpochEnd)], atol=1e-3)
+    assert np.allclose(val, [e.metrics["val_loss"] for e in single.of(EpochEnd)], rtol=0,
+                       atol=1e-5)
     stages = {name: [(e.stage, e.first_epoch, e.trainable_params) for e in cli.of(StageStarted)]
               for name, cli in (("chief", chief), ("other", other), ("single", single))}
     assert stages["chief"] == stages["other"] == stages["single"], stages

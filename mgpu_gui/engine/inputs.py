@@ -58,14 +58,18 @@ def batches(config: RunConfig, prepared: PreparedData, pipeline: InputPipeline,
             log: Callable[..., None]) -> Batches:
     """Batch `prepared`'s splits for `replicas` (an image folder too large for memory is
     cached in `cache_dir` by tf.data, when given)."""
+    callbacks: tuple[Any, ...] = ()
     if pipeline is InputPipeline.PYTHON:
         from mgpu_gui.engine import py_pipeline
 
         log("Input pipeline: python (keras.utils.PyDataset; no TensorFlow).")
         make = py_pipeline.batches_of(config, prepared, relabel, log)
     else:
+        from mgpu_gui.engine.pipeline import EpochShuffle
+
         log("Input pipeline: tf.data.")
-        make = _tf_batches(config, prepared, relabel, cache_dir, log)
+        callbacks = (EpochShuffle(),)  # the training batches' epoch (their shuffle's seed)
+        make = _tf_batches(config, prepared, relabel, cache_dir, log, callbacks[0])
 
     def batched(ds: Any, samples: int, batch: int, what: str) -> Any:
         if ds is None or samples < replicas:
@@ -81,7 +85,6 @@ def batches(config: RunConfig, prepared: PreparedData, pipeline: InputPipeline,
             f"{replicas} replicas (each must get one); validation is skipped.", "warning")
     train = batched(prepared.train, prepared.train_samples,
                     config.batch_per_replica * replicas, "training")
-    callbacks: tuple[Any, ...] = ()
     if pipeline is InputPipeline.PYTHON:
         from mgpu_gui.engine.py_pipeline import EpochOrder
 
@@ -91,7 +94,8 @@ def batches(config: RunConfig, prepared: PreparedData, pipeline: InputPipeline,
 
 
 def _tf_batches(config: RunConfig, prepared: PreparedData, relabel: LabelMap | None,
-                cache_dir: Path | None, log: Callable[..., None]) -> Callable[..., Any]:
+                cache_dir: Path | None, log: Callable[..., None],
+                epochs: Any) -> Callable[..., Any]:
     from mgpu_gui.engine import augmentation
     from mgpu_gui.engine import pipeline as data_mod
 
@@ -113,6 +117,7 @@ def _tf_batches(config: RunConfig, prepared: PreparedData, relabel: LabelMap | N
             finish = augmentation.training_finish(finish, config.augment, config.seed)
         return data_mod.batch_for_training(ds, samples, batch, shuffle=training, repeat=training,
                                            seed=config.seed, cache=cache, replicas=replicas,
-                                           what=what, finish=finish)
+                                           what=what, finish=finish,
+                                           epochs=epochs if training else None)
 
     return make

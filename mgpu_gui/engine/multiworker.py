@@ -298,9 +298,7 @@ class ClusterLoop:
         # other trainable weights, a new optimizer, loss and metrics) traces its steps anew.
         self._train_step = self._test_step = None
         train = self._distribute(setup.train)
-        # Keras' fit builds the metrics from one batch of a first iterator, then trains on
-        # a second; a seeded shuffle's order depends on how many iterators came before, so
-        # doing the same gives a cluster the batches one machine would train on.
+        # As Keras' fit: the metrics are built from one batch of a first iterator.
         first = next(iter(train))
         model._maybe_symbolic_build(data_batch=self.strategy.experimental_local_results(first)[0])
         listed = keras.callbacks.CallbackList(callbacks, model=model, epochs=epochs,
@@ -309,11 +307,13 @@ class ClusterLoop:
         listed.on_train_begin()
         if initial_epoch:
             self._broadcast_from_chief(model)  # the chief restored its backup just now
-        iterator = iter(train)
+        iterator: Any = None
         logs: dict[str, float] = {}
         for epoch in range(initial_epoch, epochs):
             model.reset_metrics()
             listed.on_epoch_begin(epoch)
+            if iterator is None:  # made after the first epoch began, as in Keras' fit: the
+                iterator = iter(train)  # seeded batches start at that epoch (EpochShuffle)
             for step in range(steps):
                 listed.on_train_batch_begin(step)
                 logs, stop_now = self._step(model, iterator)

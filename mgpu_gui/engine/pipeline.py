@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -42,8 +43,8 @@ from mgpu_gui.engine.data_source import (
     take,
 )
 
-__all__ = ["DataInfo", "DataKind", "LabelKind", "PreparedData", "batch_for_training",
-           "input_record", "inspect_data", "load_data", "relabeled"]
+__all__ = ["DataInfo", "DataKind", "EpochShuffle", "LabelKind", "PreparedData",
+           "batch_for_training", "input_record", "inspect_data", "load_data", "relabeled"]
 
 SHUFFLE_BUFFER_BYTES = 256 << 20  # uncached data: bound the shuffle buffer, not the dataset
 
@@ -61,6 +62,7 @@ def batch_for_training(
     what: str = "training",
     repeat: bool = False,
     finish: Callable | None = None,
+    epochs: EpochShuffle | None = None,
 ) -> tf.data.Dataset:
     """Cache (True: in memory; a file name: on disk, see `cache_for`), shuffle (anew each
     epoch), batch with drop_remainder, `finish` (an image folder's uint8 to float32: after
@@ -74,20 +76,63 @@ def batch_for_training(
     whose first batch waits for the shuffle buffer to refill: measured on 2 cores,
     0.05-3.8 s per epoch against 17 ms per step. Batching before repeating keeps
     epochs whole: each is one reshuffled pass minus the partial last batch.
+
+    Repeated with a `seed`, epoch e's order is a function of (seed, e) alone, as in the
+    Python pipeline: a new iterator starts at the epoch `epochs` (its callback) was told
+    last, else at 0. A seeded `reshuffle_each_iteration` draws each pass's seed from a
+    generator that every iterator of the dataset shares, so the order depended on how
+    many passes other iterators had begun: `fit`'s extra iterator (its symbolic build),
+    or the previous `fit`'s iterator, read ahead by its prefetch thread, began a pass
+    before or after the next one was made depending on thread timing (measured with the
+    processes of tests/test_multiworker.py sharing one core: 6 of 18 runs trained on
+    other orders, their losses off by 0.003-0.1).
     """
 
     check_one_batch(samples, global_batch, replicas, what)
     if cache:
         ds = ds.cache() if cache is True else ds.cache(cache)
-    if shuffle:
-        ds = ds.shuffle(_shuffle_buffer(ds, samples, cache is True), seed=seed,
-                        reshuffle_each_iteration=True)
-    ds = ds.batch(global_batch, drop_remainder=True)
+    buffer = _shuffle_buffer(ds, samples, cache is True) if shuffle else 0
+    if shuffle and repeat and seed is not None:
+        whole = ds
+
+        def one_pass(epoch: tf.Tensor) -> tf.data.Dataset:
+            order = whole.shuffle(buffer, seed=epoch_seed(seed, epoch),
+                                  reshuffle_each_iteration=False)
+            return order.batch(global_batch, drop_remainder=True)
+
+        start = (tf.data.Dataset.range(1).map(lambda _: epochs.first.read_value())
+                 if epochs is not None else tf.data.Dataset.from_tensors(tf.constant(0, tf.int64)))
+        ds = start.flat_map(lambda first: tf.data.Dataset.counter(first).flat_map(one_pass))
+    else:
+        if shuffle:
+            ds = ds.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
+        ds = ds.batch(global_batch, drop_remainder=True)
+        if repeat:
+            ds = ds.repeat()
     if finish is not None:  # a batch at a time: one cast per batch, not one per image
         ds = ds.map(finish, num_parallel_calls=tf.data.AUTOTUNE)
-    if repeat:
-        ds = ds.repeat()
     return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def epoch_seed(seed: int, epoch: tf.Tensor) -> tf.Tensor:
+    """The shuffle's seed for one epoch of a run seeded `seed`."""
+    return tf.constant(seed, tf.int64) * 1_000_003 + tf.cast(epoch, tf.int64)
+
+
+class EpochShuffle(keras.callbacks.Callback):
+    """Which epoch the next iterator of the training batches starts at (`batch_for_training`):
+    set as each epoch begins, before `fit` (or the cluster's loop) makes the iterator it
+    trains on. An iterator reads it once, as it starts, then counts on by itself."""
+
+    async_safe = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        with tf.device("/cpu:0"):  # read by tf.data, which runs on the host
+            self.first = tf.Variable(0, dtype=tf.int64, trainable=False, name="input_epoch")
+
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        self.first.assign(epoch)
 
 
 def relabeled(ds: tf.data.Dataset, mapping: LabelMap, num_classes: int | None
