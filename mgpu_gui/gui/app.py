@@ -43,9 +43,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from PySide6.QtWidgets import QApplication
 
     from mgpu_gui.gui.main_window import MainWindow
+    from mgpu_gui.gui.widgets import wheel_guard
 
     app = QApplication(list(sys.argv if argv is None else argv))
     configure_application(app)
+    wheel_guard.install(app)  # before any window: fields are guarded from their first polish
     window = MainWindow()
     window.show()
     return app.exec()

@@ -29,6 +29,7 @@ from __future__ import annotations
 from PySide6.QtCore import QByteArray, QEvent, QObject, QSettings, QSize, Qt
 from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import (
+    QApplication,
     QMainWindow,
     QMessageBox,
     QSplitter,
@@ -64,6 +65,7 @@ from mgpu_gui.gui.run_notices import outcome_notice
 from mgpu_gui.gui.sweep_actions import SweepActions
 from mgpu_gui.gui.theme import follow_system_scheme, is_palette_change, refresh_style_sheets
 from mgpu_gui.gui.tool_dialogs import ToolDialogs
+from mgpu_gui.gui.widgets import wheel_guard
 from mgpu_gui.gui.widgets.error_banner import ErrorBanner
 from mgpu_gui.gui.widgets.form_scroll import FormScrollArea
 from mgpu_gui.gui.widgets.notifier import Notifier
@@ -82,6 +84,8 @@ class MainWindow(WindowActions, ToolDialogs, SweepActions, RunHistory, ExportAct
     def __init__(self, *, telemetry: TelemetrySource | None = None,
                  controller: RunController | None = None):
         super().__init__()
+        # As main() does, for an app made elsewhere (tests); first, so every field is guarded.
+        wheel_guard.install(QApplication.instance())
         self.setWindowTitle("mgpu-gui")
         follow_system_scheme()  # light or dark as the system says, plots included
         self.telemetry = telemetry or TelemetrySource(parent=self)
