@@ -7,6 +7,7 @@ background work must be stopped by whoever started it.
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -30,13 +31,27 @@ def pytest_unconfigure(config):
     _ENGINE_LOG.unlink(missing_ok=True)
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item):
+@pytest.hookimpl(specname="pytest_runtest_setup", tryfirst=True)
+def pytest_runtest_setup_notes_engines(item):
     item.stash[_ENGINES_BEFORE] = engine_starts.started_engines()
 
 
-@pytest.hookimpl(trylast=True)
-def pytest_runtest_teardown(item, nextitem):
+@pytest.hookimpl(specname="pytest_runtest_teardown", wrapper=True, tryfirst=True)
+def pytest_runtest_teardown_stops_live_runs(item, nextitem):
+    """A window closed while its run is live asks "Stop it?" in a modal box that nobody
+    answers in a test: after a test failed mid-run, pytest-qt's close at teardown waited
+    on it forever (the hang once blamed on the window fixture). Here the answer is Yes:
+    the run stops at its next batch and the window closes when it has."""
+    window = sys.modules.get("mgpu_gui.gui.main_window")
+    if window is None or "qtbot" not in item.fixturenames:
+        return (yield)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(window.MainWindow, "confirm_stop_on_close", lambda self: True)
+        return (yield)
+
+
+@pytest.hookimpl(specname="pytest_runtest_teardown", trylast=True)
+def pytest_runtest_teardown_checks_engines(item, nextitem):
     """Fail a test that starts TensorFlow or JAX without `slow`: here (its fixtures too,
     module- and session-wide ones included) or in a child. `gpu` tests run on their own."""
     if (item.get_closest_marker("slow") or item.get_closest_marker("gpu")
