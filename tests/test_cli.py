@@ -166,6 +166,7 @@ def test_text_file_named_keras(capsys, files, tmp_path):
                    "model.save('name.keras')")
 
 
+@pytest.mark.slow  # the `models` fixture saves Keras files
 @pytest.mark.parametrize("kind", ["keras", "h5"])
 def test_truncated_model_file(capsys, files, models, tmp_path, kind):
     out_dir = tmp_path / "runs"
@@ -195,6 +196,7 @@ def test_py_without_build_model(capsys, files, tmp_path):
                    "(its functions: make_net); check the name given to --builder")
 
 
+@pytest.mark.slow  # the `models` fixture saves Keras files
 def test_keras_model_input_shape_mismatch(capsys, files, models, tmp_path):
     out_dir = tmp_path / "runs"
     result = run_in_process(capsys, "--model", models["in4"], "--data", files["data"],
@@ -203,6 +205,7 @@ def test_keras_model_input_shape_mismatch(capsys, files, models, tmp_path):
                    "use a model built for this shape")
 
 
+@pytest.mark.slow  # the `models` fixture saves Keras files
 def test_labels_out_of_range(capsys, files, models, tmp_path):
     out_dir = tmp_path / "runs"
     result = run_in_process(capsys, "--model", models["three"], "--data", files["labels9"],
@@ -239,6 +242,7 @@ def test_output_folder_through_a_file(capsys, files, tmp_path):
     assert files["afile"].is_file()
 
 
+@pytest.mark.slow  # the `models` fixture saves Keras files
 def test_lambda_layer_refused_without_consent(capsys, files, models, tmp_path):
     out_dir = tmp_path / "runs"
     result = run_in_process(capsys, "--model", models["lambda"], "--data", files["data"],
