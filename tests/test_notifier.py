@@ -112,6 +112,35 @@ def test_a_queued_run_starting_is_said_once(qtbot, window, tmp_path):
     assert heard_again == []
 
 
+def test_a_queued_run_s_start_leaves_the_status_bar_when_the_run_ends(qtbot, window, tmp_path):
+    """Issue 30, item 9: "Queued run started: Job 2 (lr2-t2)" stayed after the queue was
+    done; a line said since stays."""
+    queue = JobQueue(window.store)
+    ended = []
+    window.queue_panel.job_ended.connect(ended.append)
+
+    def start_and_end(name: str, said_between: Notice | None = None) -> str:
+        config = RunConfig(output_dir=str(tmp_path), run_name=name, epochs=3)
+        job = queue.add(config, NO_GPU)
+        run_id = window.store.add_run(create_run_dir(config), config)
+        queue.mark_started(job.id, run_id)
+        window.queue_panel.refresh()
+        assert window.statusBar().currentMessage().startswith(f"Queued run started: Job {job.id}")
+        window.queue_panel.refresh()  # still running: still true
+        if said_between is not None:
+            window.notifier.notify(said_between)
+        recorder = window.store.recorder(run_id)
+        recorder.handle(RunFinished(status=RunStatus.COMPLETED, epochs_done=3))
+        recorder.close()
+        window.queue_panel.refresh()
+        assert ended.pop().id == job.id and ended == []
+        return window.statusBar().currentMessage()
+
+    assert start_and_end("first") == ""
+    exported = Notice(NoticeKind.DONE, "Export finished", "model.keras")
+    assert start_and_end("second", exported) == exported.line
+
+
 def test_a_followed_run_ending_is_said(qtbot, window, tmp_path):
     config = RunConfig(output_dir=str(tmp_path), run_name="queued", epochs=4)
     run_dir = create_run_dir(config)

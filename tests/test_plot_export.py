@@ -246,7 +246,7 @@ def test_runs_tab_csv_is_the_clis_byte_for_byte(qtbot, window, save_to, tmp_path
         assert (tmp_path / "gui.csv").read_bytes() == (tmp_path / "cli.csv").read_bytes()
         with open(tmp_path / "gui.csv", newline="") as handle:
             rows = list(csv.DictReader(handle))
-        stored = [(i, e.epoch, e.metrics) for i in ids
+        stored = [(i, e.epoch + 1, e.metrics) for i in ids
                   for e in store.series_events(i, batches=False) if isinstance(e, EpochEnd)]
         assert [(int(r["run_id"]), int(r["epoch"]), {m: float(r[m]) for m in metrics})
                 for r, (_, _, metrics) in zip(rows, stored, strict=True)] == stored

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -141,9 +142,22 @@ def test_cli_takes_quoted_words_as_separate_tags(capsys, store):
         "Run 1 (digits): tags two, words.\n")
 
 
-def test_cli_export_writes_the_stores_epochs_and_the_runs_settings(capsys, store, tmp_path):
-    """A row per run and epoch, equal to the store's rows (floats read back exactly)."""
+@pytest.fixture
+def local_time_plus_3(monkeypatch):
+    """Local time 3 hours ahead of UTC (a POSIX TZ rule: no time zone files needed)."""
+    monkeypatch.setenv("TZ", "XYZ-3")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_cli_export_writes_the_stores_epochs_and_the_runs_settings(capsys, store, tmp_path,
+                                                                   local_time_plus_3):
+    """A row per run and epoch, equal to the store's rows (floats read back exactly); each
+    epoch numbered from 1 and its end in local ISO 8601 time (issue 30, item 9)."""
     import csv
+    from datetime import datetime
 
     from mgpu_gui.core.events import EpochEnd
 
@@ -161,14 +175,17 @@ def test_cli_export_writes_the_stores_epochs_and_the_runs_settings(capsys, store
     for row, (record, event) in zip(rows, expected, strict=True):
         assert (int(row["run_id"]), row["run_name"], row["status"]) == (
             record.id, record.name, record.status.value)
-        assert (int(row["epoch"]), float(row["t"]), float(row["learning_rate"])) == (
-            event.epoch, event.t, event.learning_rate)
+        assert (int(row["epoch"]), float(row["ended_unix_s"]), float(row["learning_rate"])) == (
+            event.epoch + 1, event.t, event.learning_rate)  # epochs from 1, as the app shows
+        assert row["ended_local_iso"].endswith("+03:00")
+        ended = datetime.fromisoformat(row["ended_local_iso"])
+        assert abs(ended.timestamp() - event.t) < 1  # the same instant, to the second
         assert {name: float(row[name]) for name in event.metrics} == event.metrics
         config = store.config(record.id)
         assert row["setting.learning_rate"] == str(config.learning_rate)
         assert row["setting.image_size"] == json.dumps(list(config.image_size))
         assert row["setting.early_stopping.patience"] == str(config.early_stopping.patience)
-    assert rows[0]["tags"] == "baseline"
+    assert rows[0]["tags"] == "baseline" and rows[0]["epoch"] == "1"
     code, _, err = cli_run(capsys, store, "runs", "export", "1", "-o",
                            str(tmp_path / "missing" / "x.csv"))
     assert code == 2 and err.startswith("error: cannot write ") and "Traceback" not in err

@@ -37,11 +37,13 @@ from mgpu_gui.gui.panels.run_setup import RunSetupPanel
 from tests.helpers.file_reads import count_reads
 
 
-def keras_file(path: Path, units: int, input_shape=(8, 8, 1)) -> Path:
+def keras_file(path: Path, units: int, input_shape=(8, 8, 1), *, lambda_layer=False) -> Path:
     """A .keras archive holding only the architecture: all the instant checks read."""
+    code = [{"class_name": "Lambda", "config": {"name": "double"}}] if lambda_layer else []
     config = {"class_name": "Sequential", "config": {"name": "tiny", "layers": [
         {"class_name": "InputLayer", "config": {"name": "in", "batch_shape": [None,
                                                                               *input_shape]}},
+        *code,
         {"class_name": "Flatten", "config": {"name": "flat"}},
         {"class_name": "Dense", "config": {"name": "out", "units": units,
                                            "activation": "softmax"}},
@@ -131,6 +133,27 @@ def test_input_shape_mismatch_flags_model(panel, tmp_path):
     panel.set_model_path(keras_file(tmp_path / "big.keras", units=10, input_shape=(32, 32, 3)))
     panel.check_now()
     assert "expects inputs of shape (32, 32, 3)" in panel.problems()["model"]
+
+
+def test_code_consent_shows_only_for_a_file_whose_lambda_layers_would_run(panel, tmp_path):
+    """Issue 30, item 9: the box showed for the demo, where it decides nothing."""
+    def consent_shown(model: str | Path) -> bool:
+        panel.set_model_path(model)
+        panel.check_now()
+        return panel.allow_code.isVisibleTo(panel)
+
+    plain = keras_file(tmp_path / "plain.keras", units=10)
+    code = keras_file(tmp_path / "code.keras", units=10, lambda_layer=True)
+    assert not consent_shown("demo")
+    assert consent_shown(code)
+    assert "Lambda layer (double)" in panel.problems()["model"]
+    panel.allow_code.setChecked(True)
+    panel.check_now()
+    assert panel.is_valid() and panel.allow_code.isVisibleTo(panel)
+    assert not consent_shown(plain)
+    assert not consent_shown("small_convnet")  # a built-in: its weights instead
+    assert panel.weights_box.isVisibleTo(panel)
+    assert not consent_shown("demo") and not panel.weights_box.isVisibleTo(panel)
 
 
 def test_batch_larger_than_data_flags_batch(panel):

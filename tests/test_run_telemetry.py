@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import json
 import sys
+import time
+from types import SimpleNamespace
 
 import pytest
 
 from mgpu_gui.core.children import supervisor, telemetry_recorder
 from mgpu_gui.core.children.supervisor import WorkerProcess, prepare_run
+from mgpu_gui.core.children.telemetry_recorder import ProcessSampler
 from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig
 from mgpu_gui.core.devices.nvml import FAKE_GPUS_VAR, GpuInventory, NvmlState, query_inventory
+from mgpu_gui.core.devices.plan import usable_cores
 from mgpu_gui.core.events import RunFinished, RunStatus
 from mgpu_gui.core.runs.store import RunState, RunStore
 from mgpu_gui.core.runs.telemetry_store import (
@@ -96,8 +100,34 @@ def test_a_run_on_cpu_replicas_records_its_worker_process(busy_worker, tmp_path)
     rows = telemetry.samples[CPU_DEVICE]
     # Resident MiB: from just after exec (under 1) to a started Python's.
     assert len(rows) >= 3 and (rows[:, MEMORY] >= 0).all() and rows[-1, MEMORY] > 5
-    # The first sample has no interval to measure over; the spinning worker used CPU.
-    assert rows[1:, UTILIZATION].max() > 10
+    # The first sample has no interval to measure over; the spinning worker used CPU (a
+    # share of all the cores: 100 % is every one busy).
+    assert 10 / usable_cores() < rows[1:, UTILIZATION].max() <= 100
+
+
+def test_a_process_s_cpu_use_is_a_share_of_all_its_cores(tmp_path, monkeypatch):
+    """/proc counts a process's CPU time summed over its threads: 3 busy cores for 2 s are
+    6 s. Divided by the 4 cores it may use, that is 75 %, not 300 % (issue 30, item 9);
+    ticks counted in steps that overshoot the interval read 100 %."""
+    now = [100.0]
+    monkeypatch.setattr(telemetry_recorder, "time",
+                        SimpleNamespace(monotonic=lambda: now[0], time=time.time))
+    sampler = ProcessSampler(1, cores=4)
+    sampler.proc = tmp_path
+    (tmp_path / "statm").write_text("5000 2560 0 0 0 0 0\n")
+    per_s = sampler._ticks_per_s
+
+    def read(cpu_s: float, at: float) -> float | None:
+        # After the command name: state, 10 fields, then utime and stime (in ticks).
+        utime, stime = round(cpu_s * per_s * 0.8), round(cpu_s * per_s * 0.2)
+        (tmp_path / "stat").write_text(f"42 (python -c x) R {'0 ' * 10}{utime} {stime} 0 0\n")
+        now[0] = at
+        (sample,) = sampler.sample()
+        return sample.utilization
+
+    assert read(10.0, 100.0) is None  # nothing to measure over yet
+    assert read(16.0, 102.0) == 75
+    assert read(25.0, 104.0) == 100  # 9 s in 2 s on 4 cores: no more than all of them
 
 
 def test_telemetry_goes_with_its_run(tmp_path):

@@ -186,6 +186,7 @@ class MainWindow(WindowActions, ToolDialogs, SweepActions, RunHistory, ExportAct
         self.queue_panel.claims_changed.connect(self.gpu_panel.set_claims)
         self.queue_panel.message.connect(self.log.append_message)
         self.queue_panel.job_started.connect(self._queued_run_started)
+        self.queue_panel.job_ended.connect(self._queued_run_ended)
         self.gpu_panel.selection_changed.connect(self._devices_to_setup)
         self.run_setup.validity_changed.connect(lambda ok: self._update_actions())
         self.run_setup.summary_ready.connect(self.log.set_summary)

@@ -4,8 +4,9 @@ the offer to resume interrupted ones.
 A mixin of `MainWindow`, kept apart so the window module holds the panels and the
 run; it uses the window's `store`, `controller`, `follower`, `run_telemetry`,
 `reconciler`, `curves`, `progress`, `log`, `runs_panel`, `resume_offer`, `banner` and
-`notifier` (a queued run starting, a followed run ending). When the store cannot be opened, the app
-trains without a history and says why (`store_problem`).
+`notifier` (a queued run starting, withdrawn from the status bar when it ends; a followed
+run ending). When the store cannot be opened, the app trains without a history and says
+why (`store_problem`).
 """
 
 from __future__ import annotations
@@ -99,6 +100,9 @@ class RunHistory:
 
     def _queued_run_started(self, job: QueuedJob) -> None:
         self.notifier.notify(queued_start_notice(job))
+
+    def _queued_run_ended(self, job: QueuedJob) -> None:
+        self.notifier.withdraw(queued_start_notice(job))
 
     def _followed_events(self, events: list[Event]) -> None:
         for event in events:

@@ -488,13 +488,27 @@ def training(epochs: int, replicas: int, tmp: str) -> None:
           f"(target <= 100)")
 
 
-def main() -> None:
+def section(name: str) -> str:
+    """A section name, checked here rather than by `choices`: Python 3.11's argparse checks
+    a `nargs="*"` positional's default list against `choices` as one value, and refuses it."""
+    if name not in SECTIONS:
+        raise argparse.ArgumentTypeError(
+            f"invalid section {name!r} (choose from {', '.join(SECTIONS)})")
+    return name
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    parser.add_argument("sections", nargs="*", choices=SECTIONS, default=list(SECTIONS))
+    parser.add_argument("sections", nargs="*", type=section, default=list(SECTIONS),
+                        metavar="{" + ",".join(SECTIONS) + "}")
     parser.add_argument("--starts", type=int, default=5)
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--replicas", type=int, default=2)
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main() -> None:
+    args = parse_args()
     platform = os.environ.get("QT_QPA_PLATFORM") or ("xcb" if "DISPLAY" in os.environ
                                                      else "offscreen")
     print(f"platform {platform}; {os.cpu_count()} CPUs")

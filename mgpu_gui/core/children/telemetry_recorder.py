@@ -5,7 +5,8 @@ run has, so every run gets its telemetry, whoever started it. It samples only
 the GPUs the run claims, found by UUID in NVML's own list: NVML ignores
 `CUDA_VISIBLE_DEVICES`, so the worker's device numbers mean nothing here. A run
 on CPU replicas records its worker process's CPU use and resident memory
-instead (from /proc: psutil is no dependency; elsewhere nothing is recorded).
+instead (from /proc: psutil is no dependency; elsewhere nothing is recorded), its CPU
+use as a share of the cores it may run on, so 100 % means all of them busy.
 Samples are written in one transaction every `FLUSH_S` and when the run ends.
 """
 
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from mgpu_gui.core.config import DeviceKind
 from mgpu_gui.core.devices.nvml import GpuInfo, NvmlState, default_session, query_inventory
-from mgpu_gui.core.devices.plan import DevicePlan
+from mgpu_gui.core.devices.plan import DevicePlan, usable_cores
 from mgpu_gui.core.devices.telemetry import GpuSnapshot, every, take_snapshots
 from mgpu_gui.core.runs.claims import device_key, plan_keys
 from mgpu_gui.core.runs.storedb import StoreDatabase
@@ -140,10 +141,13 @@ def gpu_sample(snap: GpuSnapshot) -> TelemetrySample:
 
 
 class ProcessSampler:
-    """One process's CPU use since the last sample (% of one core) and resident memory."""
+    """One process's CPU use since the last sample (% of `cores` cores: its busy time summed
+    over its threads, divided by them) and resident memory. `cores` None: the cores this
+    process may run on, which the worker inherits."""
 
-    def __init__(self, pid: int):
+    def __init__(self, pid: int, cores: int | None = None):
         self.proc = Path(f"/proc/{pid}")
+        self.cores = cores or usable_cores()
         self._ticks_per_s = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         self._page = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
         self._last: tuple[float, int] | None = None  # (monotonic time, CPU ticks)
@@ -159,7 +163,8 @@ class ProcessSampler:
         utilization = None
         if self._last is not None and now > self._last[0]:
             used_s = (ticks - self._last[1]) / self._ticks_per_s
-            utilization = round(100 * used_s / (now - self._last[0]))
+            # At most 100: ticks counted in 10 ms steps can overshoot a short interval.
+            utilization = min(100, round(100 * used_s / ((now - self._last[0]) * self.cores)))
         self._last = (now, ticks)
         return [TelemetrySample(CPU_DEVICE, time.time(), utilization, resident // MIB)]
 

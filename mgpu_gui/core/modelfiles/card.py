@@ -33,10 +33,14 @@ class InputRecord:
     rescale: float = 1.0
 
     def describe(self) -> str:
+        """In words; a rescale of 1 (a built-in normalises pixels itself) is no multiply,
+        so it is said as the 0-255 pixels the model gets."""
+        times = f"times {self.rescale:g}"
         if self.kind == IMAGES and self.image_size is not None:
             return (f"images decoded to {self.channels} channels, resized to "
-                    f"{self.image_size[0]}x{self.image_size[1]}, times {self.rescale:g}")
-        return f"arrays as float32 (uint8 pixels times {self.rescale:g})"
+                    f"{self.image_size[0]}x{self.image_size[1]}, "
+                    f"{'pixels left at 0-255' if self.rescale == 1 else times}")
+        return f"arrays as float32 (uint8 pixels {'left at 0-255' if self.rescale == 1 else times})"
 
 
 @dataclass(frozen=True)

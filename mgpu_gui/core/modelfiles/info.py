@@ -69,6 +69,13 @@ class ModelFileInfo:
     # The names of the models nested in a .keras/.h5 model (transfer learning's backbone).
     nested_models: tuple[str, ...] = ()
 
+    @property
+    def code_lambdas(self) -> tuple[str, ...]:
+        """The Lambda layers whose code would run in a run, so need the user's consent: a
+        legacy wrapper's slicing Lambdas never run (its template is rebuilt from its
+        config), only those inside the template do."""
+        return self.wrapper.template_lambdas if self.wrapper else self.lambda_layers
+
 
 _FORMAT_NAMES = {"keras": "Keras model (.keras)", "h5": "Keras model (legacy HDF5 .h5)"}
 

@@ -1,10 +1,12 @@
 """Selected runs' per-epoch figures and settings as one table: a row per run and epoch.
 
-What `mgpu-train runs export` writes as CSV, for a spreadsheet or pandas: each epoch's
-metrics exactly as the store keeps them (a float's shortest text that reads back to the
-same value), its learning rate, speed and wall time, then the run's settings under
-their dotted names (`compare.flatten`), prefixed "setting." so none can shadow a metric
-(a run's `learning_rate` setting is not its epoch's learning rate under a schedule).
+What `mgpu-train runs export` writes as CSV, for a spreadsheet or pandas: each epoch
+numbered from 1 as the app shows it, when it ended (`ended_local_iso`: ISO 8601 local time
+with its UTC offset, for a person and a spreadsheet; `ended_unix_s`: Unix seconds, for a
+program), its duration, speed and learning rate, its metrics exactly as the store keeps
+them (a float's shortest text that reads back to the same value), then the run's settings
+under their dotted names (`compare.flatten`), prefixed "setting." so none can shadow a
+metric (a run's `learning_rate` setting is not its epoch's learning rate under a schedule).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import csv
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +25,8 @@ from mgpu_gui.core.runs.compare import flatten
 from mgpu_gui.core.runs.store import RunStore
 
 RUN_COLUMNS = ("run_id", "run_name", "status", "tags")
-EPOCH_COLUMNS = ("epoch", "t", "duration_s", "samples_per_s", "learning_rate")
+EPOCH_COLUMNS = ("epoch", "ended_local_iso", "ended_unix_s", "duration_s", "samples_per_s",
+                 "learning_rate")
 SETTING = "setting."
 
 
@@ -52,11 +56,18 @@ def epoch_table(store: RunStore, run_ids: Sequence[int]) -> EpochTable:
             metrics.update(event.metrics)
             rows.append({
                 "run_id": record.id, "run_name": record.name, "status": record.status.value,
-                "tags": " ".join(record.tags), "epoch": event.epoch, "t": event.t,
+                "tags": " ".join(record.tags), "epoch": event.epoch + 1,
+                "ended_local_iso": local_iso(event.t), "ended_unix_s": event.t,
                 "duration_s": event.duration_s, "samples_per_s": event.samples_per_s,
                 "learning_rate": event.learning_rate, **event.metrics, **settings})
     columns = [*RUN_COLUMNS, *EPOCH_COLUMNS, *sorted(metrics), *settings_order]
     return EpochTable(columns, rows)
+
+
+def local_iso(t: float) -> str:
+    """Unix time `t` as ISO 8601 local time with the offset in force then (DST included),
+    so the text reads back to the same instant anywhere."""
+    return datetime.fromtimestamp(t, UTC).astimezone().isoformat(timespec="seconds")
 
 
 def export_csv(store: RunStore, run_ids: Sequence[int], path: Path) -> str:

@@ -129,11 +129,8 @@ def check_model_fits(config: RunConfig, model: ModelFileInfo, data: DataInfo) ->
 
     Pure: works on what was read, so the GUI re-checks without reading the files again.
     """
-    # A legacy multi-GPU wrapper's slicing Lambdas never run: the template is rebuilt
-    # from its config. Only Lambdas inside the template would run code.
-    lambdas = model.wrapper.template_lambdas if model.wrapper else model.lambda_layers
-    if lambdas and not config.allow_unsafe_code:
-        raise ModelError(lambda_refused(model, ", ".join(lambdas)))
+    if model.code_lambdas and not config.allow_unsafe_code:
+        raise ModelError(lambda_refused(model, ", ".join(model.code_lambdas)))
     if model.input_shape is not None and data.x_shape is not None:
         fit_check.check_input_shape(model.input_shape, data.x_shape)
     if data.label_kind is LabelKind.SPARSE:

@@ -4,7 +4,8 @@ Rows are small on purpose (an hour of 8 GPUs is 28,800 of them): whole units in
 integers (%, MiB, W, °C), the time in milliseconds, and the devices' names and
 sizes once per run in `telemetry_devices`. A device is its NVML index, or
 `CPU_DEVICE` for a run on CPU replicas, whose row holds the worker process's CPU
-use (% of one core, as `top` shows it) and resident memory.
+use (% of the cores it may run on: 100 is all of them busy; runs recorded before issue
+30 hold % of one core, as `top` shows it) and resident memory.
 """
 
 from __future__ import annotations

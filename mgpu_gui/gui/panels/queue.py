@@ -4,7 +4,8 @@ The queue lives in the run store and a queue runner process (see
 `mgpu_gui.processes.queue_runner`) starts its jobs, so closing the window stops neither.
 This panel adds jobs, cancels them, and every few seconds reads the queue and
 the devices live runs hold; the GPU panel shows those claims (`claims_changed`).
-A job it sees started since the panel opened is announced once (`job_started`).
+A job it sees started since the panel opened is announced once (`job_started`), and
+again when its run ends (`job_ended`), so the window can take the news back.
 """
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ class QueuePanel(QWidget):
     claims_changed = Signal(object)  # dict[int, claims.DeviceUse], by GPU index
     message = Signal(str)  # for the log
     job_started = Signal(object)  # a QueuedJob whose run the queue runner has started
+    job_ended = Signal(object)  # a QueuedJob announced by job_started whose run has ended
 
     def __init__(self, store: RunStore | None, inventory: GpuInventory | None = None,
                  parent: QWidget | None = None):
@@ -82,6 +84,7 @@ class QueuePanel(QWidget):
         # Jobs started before the panel opened are old news; later ones are announced once.
         self._opened = time.time()
         self._announced: set[int] = set()
+        self._running: dict[int, QueuedJob] = {}  # announced jobs whose run still runs
 
         self.table = read_only_table(COLUMNS, "Queued jobs")
         self.note = QLabel(self, wordWrap=True)
@@ -194,11 +197,17 @@ class QueuePanel(QWidget):
                     item.setToolTip(text)
 
     def _announce_started(self, jobs: list[QueuedJob]) -> None:
+        """Announce the jobs started since the last look, and the end of those announced
+        that are gone from `jobs` (its run ended), so their start stops being news."""
         for job in jobs:
             if (job.state is JobState.STARTED and job.id not in self._announced
                     and (job.started or 0.0) >= self._opened):
                 self._announced.add(job.id)
+                self._running[job.id] = job
                 self.job_started.emit(job)
+        listed = {job.id for job in jobs}
+        for job_id in [i for i in self._running if i not in listed]:
+            self.job_ended.emit(self._running.pop(job_id))
 
     def _publish_claims(self, held: dict[str, claims.Claim]) -> None:
         uses = {}

@@ -194,6 +194,7 @@ class RunSetupPanel(RunSetupForm):
             self.summary_label.setText("Checking the data…")
         # What the file is does not depend on the data: shown even when they do not fit.
         file_info = self.model_info if is_model_file(config.model) else None
+        self._show_code_consent(file_info)
         self.wrapper_notice.show_for(file_info)
         self._show_compile_facts(file_info.compile if file_info is not None else None)
         self._update_batch_text()
@@ -287,6 +288,7 @@ class RunSetupPanel(RunSetupForm):
         self._build.drop_stale(config)
         self._content.follow(None)
         self._data_info = self.model_info = None
+        self._show_code_consent(None)
         self.wrapper_notice.show_for(None)
         self._show_compile_facts(None)
         self._problems = self.input_problems(config)
@@ -294,6 +296,12 @@ class RunSetupPanel(RunSetupForm):
         if not self._problems:
             self.summary_label.setText("Checking the files…")
         self._update_batch_text()
+
+    def _show_code_consent(self, file_info: ModelFileInfo | None) -> None:
+        """The code consent box only where it decides something: a file whose Lambda layers
+        would run. Not for the demo, a built-in, a file not read yet, nor a .py builder:
+        that runs as the user's own code whatever the box says."""
+        self.allow_code.setVisible(file_info is not None and bool(file_info.code_lambdas))
 
     def _update_preview_button(self) -> None:
         """Nothing to preview while a file kind is picked but no path given, nor an

@@ -317,10 +317,10 @@ class RunSetupForm(RunSetupLayout):
         return self._held[box][0] if box in self._held else box.isChecked()
 
     def _update_model_widgets(self) -> None:
-        """A built-in shows its weights where a model file's code consent goes; one without
-        ImageNet weights shows 'none', and the choice comes back with the next one."""
+        """A built-in shows its weights where a model file's code consent goes (the panel
+        shows that for a file whose Lambda layers would run); one without ImageNet weights
+        shows 'none', and the choice comes back with the next one."""
         arch = architecture(self.model_edit.text().strip())
-        self.allow_code.setVisible(arch is None)
         self.weights_box.setVisible(arch is not None)
         fixed = arch is not None and not arch.has_imagenet
         if fixed and self.pretrained_combo.isEnabled():

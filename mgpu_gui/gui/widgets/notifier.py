@@ -174,6 +174,13 @@ class Notifier(QObject):
         self.toast.show_notice(notice)
         self.noticed.emit(notice)
 
+    def withdraw(self, notice: Notice) -> None:
+        """`notice` is no longer true (a queued run's start, once the run has ended): off the
+        status bar, where it would stay, unless something else has been said since."""
+        bar = self.host.statusBar()
+        if bar.currentMessage() == notice.line:
+            bar.clearMessage()
+
     def shutdown(self) -> None:
         """For the window's close: no fade left running."""
         self.toast.dismiss()

@@ -2,9 +2,8 @@
 
 One colour per device (solid: utilization, dashed: memory used as a share of the
 device's memory); the latest readings, power and temperature included, are in the
-plot's tooltip. A CPU run's row is its worker process: CPU % of one core (so it can
-pass 100 % with several cores busy) and its resident memory as a share of the
-machine's.
+plot's tooltip. A CPU run's row is its worker process: its CPU use as a share of the
+cores it may run on, and its resident memory as a share of the machine's.
 """
 
 from __future__ import annotations
