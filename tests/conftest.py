@@ -6,9 +6,11 @@ background work must be stopped by whoever started it.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -23,12 +25,30 @@ _fd, _name = tempfile.mkstemp(prefix="mgpu-engine-starts-", suffix=".tsv")
 os.close(_fd)
 _ENGINE_LOG = Path(_name)
 _ENGINES_BEFORE = pytest.StashKey[set]()
+MODULE_SECONDS = Path(__file__).parent / "module_seconds.json"
 os.environ[engine_starts.LOG_ENV] = str(_ENGINE_LOG)
 engine_starts.with_child_site(os.environ)
 
 
 def pytest_unconfigure(config):
     _ENGINE_LOG.unlink(missing_ok=True)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The longest modules first, each kept whole and in its own order: xdist hands modules
+    out in this order (--no-loadscope-reorder), so the long ones run side by side early
+    instead of one of them last while the other worker idles (xdist's own reorder, by test
+    count, sent the fewest-but-longest last). Times: tests/module_seconds.json (made by
+    tests/run_each_file.py); a module not in it goes by its count of slow tests."""
+    known = json.loads(MODULE_SECONDS.read_text()) if MODULE_SECONDS.exists() else {}
+    slow = Counter(item.nodeid.split("::")[0] for item in items
+                   if item.get_closest_marker("slow"))
+
+    def weight(item) -> float:
+        module = item.nodeid.split("::")[0]
+        return known.get(module, slow[module])
+
+    items.sort(key=lambda item: -weight(item))
 
 
 @pytest.hookimpl(specname="pytest_runtest_setup", tryfirst=True)

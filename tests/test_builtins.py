@@ -29,7 +29,7 @@ from mgpu_gui.core.datasets.inspection import inspect_data
 from mgpu_gui.core.errors import DataError, WeightsUnavailable
 from mgpu_gui.core.events import EpochEnd, Phase, RunFailed, RunStarted, RunStatus
 from mgpu_gui.core.modelfiles.builtins import ARCHITECTURES, keras_cache_dir
-from mgpu_gui.core.modelfiles.card import card_path, read_card
+from mgpu_gui.core.modelfiles.card import ARRAYS, IMAGES, InputRecord, card_path, read_card
 from mgpu_gui.core.runs import preflight
 from mgpu_gui.core.runs.folder import RunDir
 from mgpu_gui.processes.training_worker import failure_event
@@ -74,6 +74,16 @@ def test_builtins_are_settings_the_config_checks_and_keeps():
     assert "not found" in dict(RunConfig(model="no_such_net").problems())["model"]
 
 
+def test_a_card_with_no_rescale_says_so_and_not_times_1():
+    """Issue 30, item 9: "Try a sample" said a built-in's inputs were "times 1"."""
+    assert InputRecord(IMAGES, (224, 224), 3, 1.0).describe() == (
+        "images decoded to 3 channels, resized to 224x224, pixels left at 0-255")
+    assert InputRecord(ARRAYS, rescale=1.0).describe() == (
+        "arrays as float32 (uint8 pixels left at 0-255)")
+    assert InputRecord(IMAGES, (16, 16), 3, DEFAULT_RESCALE).describe().endswith(
+        ", times 0.00392157")
+
+
 def test_inputs_a_builtin_cannot_take_are_refused_before_the_run(capsys, folder, tmp_path):
     out = tmp_path / "runs"
     code = cli.main(["train", "--model", "mobilenet_v3_small", "--pretrained", "none",
@@ -103,6 +113,7 @@ def test_models_command_lists_the_builtins(capsys):
 
 
 # -- no pretrained weights reachable ----------------------------------------------
+@pytest.mark.slow  # Keras Applications, in this process
 def test_offline_imagenet_weights_fail_saying_where_to_put_them(monkeypatch, tmp_path):
     """Keras' download fails as it does without a network; the message names the file Keras
     wanted, its URL and the exact cache folder, and training from scratch."""
