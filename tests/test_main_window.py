@@ -42,7 +42,11 @@ def train(qtbot, win: MainWindow):
     return done.args[0]
 
 
-def test_no_gpu_state_and_defaults_train_on_cpu_replicas(qtbot, window):
+def test_no_gpu_state_defaults_train_on_cpu_replicas_and_the_export_reloads(
+        qtbot, window, tmp_path):
+    """The no-driver state trains on 2 CPU replicas by default; the finished run's model
+    then exports and reloads in a plain process, without a strategy. (Two tests that each
+    trained the same run, merged.)"""
     assert "No NVIDIA driver" in window.statusBar().currentMessage()
     selection = window.gpu_panel.device_selection()
     assert selection == DeviceSelection(kind=DeviceKind.CPU, replicas=2)
@@ -55,9 +59,6 @@ def test_no_gpu_state_and_defaults_train_on_cpu_replicas(qtbot, window):
     assert "num_replicas_in_sync = 2" in window.log.log.toPlainText()
     assert window.export_action.isEnabled()
 
-
-def test_export_after_a_run_reloads_with_no_strategy(qtbot, window, tmp_path):
-    assert train(qtbot, window).status is RunStatus.COMPLETED
     target = tmp_path / "exported.keras"
     with qtbot.waitSignal(window.exporter.finished, timeout=RUN_TIMEOUT_MS) as done:
         window.export_to(target, "keras")
