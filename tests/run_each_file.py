@@ -23,13 +23,14 @@ ROOT = Path(__file__).resolve().parents[1]
 TIMES = ROOT / "tests" / "module_seconds.json"
 
 
-def run_file(path: Path, marks: str | None) -> tuple[Path, int, float, str]:
+def run_file(path: Path, marks: str | None) -> tuple[Path, int, float, list[str]]:
     started = time.monotonic()
     command = [sys.executable, "-m", "pytest", "-q", "-n", "0", "-p", "no:cacheprovider",
                str(path.relative_to(ROOT))] + (["-m", marks] if marks else [])
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     lines = done.stdout.strip().splitlines()
-    return path, done.returncode, time.monotonic() - started, lines[-1] if lines else ""
+    said = [line for line in lines if line.startswith(("FAILED", "ERROR"))] + lines[-1:]
+    return path, done.returncode, time.monotonic() - started, said
 
 
 def main() -> int:
@@ -43,11 +44,11 @@ def main() -> int:
     files = [f.resolve() for f in args.files] or sorted((ROOT / "tests").rglob("test_*.py"))
     failed, times = [], {}
     with ThreadPoolExecutor(args.jobs) as pool:
-        for path, code, seconds, last in pool.map(lambda f: run_file(f, args.marks), files):
+        for path, code, seconds, said in pool.map(lambda f: run_file(f, args.marks), files):
             times[str(path.relative_to(ROOT))] = round(seconds, 1)
             ok = code in (0, 5)  # 5: every test of the file deselected by -m
             print(f"{'ok  ' if ok else 'FAIL'} {seconds:6.1f} s  {path.relative_to(ROOT)}: "
-                  f"{last}", flush=True)
+                  + "\n    ".join(said), flush=True)
             if not ok:
                 failed.append(path)
     if args.write_times:
