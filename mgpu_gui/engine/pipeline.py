@@ -96,8 +96,16 @@ def batch_for_training(
         whole = ds
 
         def one_pass(epoch: tf.Tensor) -> tf.data.Dataset:
-            order = whole.shuffle(buffer, seed=epoch_seed(seed, epoch),
-                                  reshuffle_each_iteration=False)
+            # The seed is the tensor epoch_seed alone: TensorFlow pairs a tensor seed with
+            # the global one (keras.utils.set_random_seed) in a Python comparison, which
+            # fails in this function's graph when the global seed is 0 (`--seed 0`).
+            graph = tf.compat.v1.get_default_graph()
+            global_seed, graph.seed = graph.seed, None
+            try:
+                order = whole.shuffle(buffer, seed=epoch_seed(seed, epoch),
+                                      reshuffle_each_iteration=False)
+            finally:
+                graph.seed = global_seed
             return order.batch(global_batch, drop_remainder=True)
 
         start = (tf.data.Dataset.range(1).map(lambda _: epochs.first.read_value())
