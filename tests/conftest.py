@@ -34,6 +34,14 @@ def pytest_unconfigure(config):
     _ENGINE_LOG.unlink(missing_ok=True)
 
 
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: one and a half workers per core. Many tests wait on a child (a training
+    worker, an export check) that does the work, so a worker per core left a fifth of the
+    CPU idle (a full run on two cores: 19 CPU-minutes in 12 minutes)."""
+    cores = len(os.sched_getaffinity(0))
+    return cores + cores // 2
+
+
 def pytest_collection_modifyitems(config, items):
     """The longest modules first, each kept whole and in its own order: xdist hands modules
     out in this order (--no-loadscope-reorder), so the long ones run side by side early
