@@ -138,12 +138,13 @@ class RunSetupLayout(QWidget):
                    "send data). Tick this only for files you made or trust.")
         self._build_weights()
         # One row for both: a model file may run code, a built-in starts from weights; the
-        # form shows the one that applies, and the row keeps its height when they swap or
-        # neither applies (the demo), so the fields below never move.
+        # form shows the one that applies, and the row keeps its height when they swap. When
+        # neither applies (the demo, a plain file) it takes no room: a blank row under the
+        # model looked like a layout fault.
         self._add(form, "", "allow_unsafe_code", [self.allow_code, self.weights_box])
         self._fields["pretrained"] = FieldCell((self.pretrained_combo,),
                                                (self.pretrained_combo.toolTip(),))
-        self.allow_code.parentWidget().setMinimumHeight(self.weights_box.sizeHint().height())
+        self.allow_code.setMinimumHeight(self.weights_box.sizeHint().height())
 
     def _build_weights(self) -> None:
         self.pretrained_combo = QComboBox()
