@@ -15,3 +15,7 @@ no TensorFlow: the modules on its path (training, inputs, data_source, models,
 callbacks, export, failures, input_wait, xla) import it inside the functions
 that only the tensorflow engine or tf.data reach.
 """
+
+from mgpu_gui.engine import optional_imports
+
+optional_imports.install()  # before the first engine module imports Keras
