@@ -88,6 +88,42 @@ def test_evaluate_json_equals_scikit_learn_on_plain_keras_predict(digits, capsys
     assert [r[0] for r in rows[1:]] == [str(i) for i in every] + ["macro avg", "weighted avg"]
 
 
+@pytest.mark.parametrize("head", ["sigmoid", "logit"])
+def test_a_binary_classifier_with_one_output_unit_is_judged_as_two_classes(
+        digits, capsys, tmp_path, head):
+    """The most common lab task (issue 29, finding 3): one sigmoid unit, or one linear unit
+    trained from logits, on 0/1 labels. Its confusion matrix and loss equal scikit-learn's
+    and Keras's on the plain model's P(class 1) > 0.5."""
+    import keras
+
+    x, y = digits["npz_test"]
+    binary = (y >= 5).astype(np.int64)
+    loss = ("binary_crossentropy" if head == "sigmoid"
+            else keras.losses.BinaryCrossentropy(from_logits=True))
+    model = keras.Sequential([keras.Input(x.shape[1:]), keras.layers.Flatten(),
+                              keras.layers.Dense(1, activation="sigmoid" if head == "sigmoid"
+                                                 else None)])
+    model.compile("adam", loss, metrics=["accuracy"])
+    keras.utils.set_random_seed(0)
+    model.fit(x, binary, epochs=2, batch_size=32, verbose=0)
+    path, data = tmp_path / "binary.keras", tmp_path / "binary.npz"
+    model.save(path)
+    np.savez(data, x_train=x, y_train=binary, x_test=x, y_test=binary)
+    code = cli.main(["evaluate", str(path), "--data", str(data), "--cpu", "--replicas", "2",
+                     "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    result = json.loads(out)
+    raw = model.predict(x, verbose=0)
+    p = raw if head == "sigmoid" else 1 / (1 + np.exp(-raw))
+    predicted = (p[:, 0] > 0.5).astype(np.int64)
+    assert result["classifier"]["confusion_matrix"] == confusion_matrix(
+        binary, predicted, labels=[0, 1]).tolist()
+    assert result["classifier"]["accuracy"] == pytest.approx(float((predicted == binary).mean()))
+    expected = keras.losses.BinaryCrossentropy(from_logits=head == "logit")(binary[:, None], raw)
+    assert result["loss"] == pytest.approx(float(expected), rel=1e-4)
+
+
 def test_bad_targets_are_refused_with_what_to_do(digits, capsys, tmp_path):
     assert cli.main(["evaluate", str(digits["model"])]) == 2
     assert "give the data to evaluate digits.keras on: --data" in capsys.readouterr().err

@@ -93,3 +93,34 @@ def test_regression_figures_equal_scikit_learns():
     assert result.mae == pytest.approx(mean_absolute_error(targets, predicted), abs=1e-12)
     assert result.mse == pytest.approx(mean_squared_error(targets, predicted), abs=1e-12)
     assert result.samples == 40
+
+
+def test_every_head_is_read_from_its_loss_and_output():
+    from mgpu_gui.core.evaluation.heads import Head, OutputMeaning, meaning_of
+
+    assert meaning_of("binary_crossentropy", 1) == OutputMeaning(Head.BINARY)
+    assert meaning_of("binary_crossentropy(from_logits=True)", 1) == OutputMeaning(
+        Head.BINARY, logits=True)
+    assert meaning_of("binary_crossentropy", 5, multi_hot_labels=True).head is Head.MULTI_LABEL
+    assert meaning_of("sparse_categorical_crossentropy", 10) == OutputMeaning(Head.CLASSES)
+    assert meaning_of("SparseCategoricalCrossentropy(from_logits=True)", 10).logits
+    assert meaning_of("categorical_crossentropy", 4, linear_output=True).logits
+    assert meaning_of("mean_squared_error", 1, linear_output=True) == OutputMeaning(Head.VALUES)
+    assert meaning_of(None, 1, linear_output=True) == OutputMeaning(Head.BINARY, logits=True)
+    assert meaning_of("my_loss", 3) == OutputMeaning(Head.CLASSES)
+
+
+def test_class_heads_become_one_probability_per_class():
+    from mgpu_gui.core.evaluation.heads import Head, OutputMeaning, class_probabilities
+
+    sigmoid = np.array([[0.2], [0.9]])
+    assert class_probabilities(sigmoid, OutputMeaning(Head.BINARY)) == pytest.approx(
+        np.array([[0.8, 0.2], [0.1, 0.9]]))
+    logits = np.array([[0.0], [1000.0], [-1000.0]])  # no overflow at either end
+    assert class_probabilities(logits, OutputMeaning(Head.BINARY, logits=True)) == pytest.approx(
+        np.array([[0.5, 0.5], [0.0, 1.0], [1.0, 0.0]]))
+    softmax_logits = class_probabilities(np.array([[1.0, 1.0, 1.0 + np.log(2)]]),
+                                         OutputMeaning(Head.CLASSES, logits=True))
+    assert softmax_logits == pytest.approx(np.array([[0.25, 0.25, 0.5]]))
+    values = np.array([[0.1, 0.7, 0.2]])
+    assert (class_probabilities(values, OutputMeaning(Head.CLASSES)) == values).all()

@@ -90,6 +90,30 @@ def test_a_bad_file_gets_its_own_error_and_a_bare_model_says_what_it_assumed(
     assert "1 of 2 file(s) could not be read" in err and "Traceback" not in out + err
 
 
+def test_a_binary_model_saved_elsewhere_names_both_classes(trained, capsys, tmp_path):
+    """One sigmoid unit (issue 29, finding 3): its P(class 1) becomes the two classes' shares,
+    not one column for a card's two names; a linear unit is a logit."""
+    import keras
+
+    good = next((trained["root"] / "imgs" / "owl").glob("*.png"))
+    for activation, expected in (("sigmoid", 0.75), (None, 1 / (1 + np.exp(-0.75)))):
+        model = keras.Sequential([keras.Input((16, 16, 3)), keras.layers.GlobalAveragePooling2D(),
+                                  keras.layers.Dense(1, activation=activation)])
+        model.layers[-1].set_weights([np.zeros((3, 1)), np.full(1, 0.75 if activation is None
+                                                                else np.log(3.0))])
+        path = tmp_path / f"binary-{activation}.keras"
+        model.save(path)
+        table = tmp_path / f"binary-{activation}.csv"
+        code = cli.main(["predict", str(path), str(good), "--top", "2", "--csv", str(table)])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        with open(table, newline="") as handle:
+            (row,) = csv.DictReader(handle)
+        assert [row["class_1"], row["class_2"]] == ["1", "0"]
+        assert [float(row["probability_1"]), float(row["probability_2"])] == pytest.approx(
+            [expected, 1 - expected], abs=1e-6)
+
+
 def test_try_a_sample_in_the_evaluation_view_gives_the_same_top_k(trained):
     """The view's "Try a sample" runs the predict child on the run's own model."""
     import keras

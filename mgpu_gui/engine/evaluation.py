@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from mgpu_gui.core.datasets.inspection import LabelKind, label_classes
 from mgpu_gui.core.errors import ModelError
+from mgpu_gui.core.evaluation.heads import Head, OutputMeaning, class_probabilities, meaning_of
 from mgpu_gui.core.evaluation.metrics import classifier_metrics, regression_metrics
 from mgpu_gui.core.evaluation.result import EvaluationResult, Split, choose_split
 from mgpu_gui.core.evaluation.samples import SampleOrigins
@@ -53,11 +54,17 @@ def evaluate(request: EvaluateRequest, strategy: tf.distribute.Strategy,
     outputs = predict_every_sample(model, prepared.finished(dataset).map(lambda x, y: x), samples,
                                    config.batch_per_replica, progress)
     loss = _loss(model, labels, outputs, prepared.label_kind, prepared.num_classes)
-    classifier = loss_is_classifier(describe_loss(model.loss))
-    if classifier is None:
-        classifier = prepared.label_kind is not LabelKind.OTHER
-    # A classifier's labels are kept as class ids, whatever form the data gave them.
+    meaning = _meaning(model, outputs, prepared.label_kind)
+    if meaning.head is Head.MULTI_LABEL:
+        raise ModelError(f"{request.model.name} has a multi-label head ({meaning.describe()}); "
+                         "the evaluation judges exclusive classes and values, not yet "
+                         "independent labels.")
+    classifier = meaning.head is not Head.VALUES
+    # A classifier's labels are kept as class ids, whatever form the data gave them, and
+    # its outputs as one probability per class, whatever its head.
     kept = label_classes(labels, prepared.label_kind) if classifier else labels
+    if classifier:
+        outputs = class_probabilities(outputs, meaning)
     result = EvaluationResult(
         model=str(request.model), data=config.data, split=split, samples=samples, loss=loss,
         classifier=classifier_metrics(kept, outputs, tuple(prepared.class_names) or None)
@@ -122,6 +129,18 @@ def _split(prepared: data_mod.PreparedData, wanted: Split | None
     return split, prepared.val, prepared.val_labels, prepared.val_origins
 
 
+def _meaning(model: keras.Model, outputs: np.ndarray, kind: LabelKind) -> OutputMeaning:
+    """The model's head, from its loss and last activation; a loss nobody knows on labels
+    that are no classes is taken for a regression."""
+    described = describe_loss(getattr(model, "loss", None))
+    if loss_is_classifier(described) is None and kind is LabelKind.OTHER:
+        return OutputMeaning(Head.VALUES)
+    units = int(np.prod(outputs.shape[1:]))
+    linear = models.output_layer_info(model)[1] == "linear"
+    return meaning_of(described, units, linear_output=linear,
+                      multi_hot_labels=kind is LabelKind.OTHER)
+
+
 def _loss(model: keras.Model, labels: np.ndarray, outputs: np.ndarray, kind: LabelKind,
           num_classes: int | None) -> float | None:
     """The model's own loss over every sample; None when it has none."""
@@ -135,5 +154,7 @@ def _loss(model: keras.Model, labels: np.ndarray, outputs: np.ndarray, kind: Lab
         targets = np.eye(num_classes, dtype=np.float32)[label_classes(labels, kind)]
     elif wants_onehot is False and kind is LabelKind.ONEHOT:
         targets = labels.argmax(axis=-1)
+    if targets.ndim == outputs.ndim - 1 and outputs.shape[-1] == 1:
+        targets = targets[..., None]  # one unit per sample (a binary head): (N,) -> (N, 1)
     values = keras.ops.convert_to_numpy(function(targets, outputs))
     return float(np.mean(values))

@@ -18,10 +18,12 @@ import numpy as np
 import tensorflow as tf
 
 from mgpu_gui.core.errors import DataError, ModelError, UserError
+from mgpu_gui.core.evaluation.heads import OutputMeaning, class_probabilities, meaning_of
 from mgpu_gui.core.evaluation.metrics import top_classes
 from mgpu_gui.core.events import PredictionsMade
 from mgpu_gui.core.modelfiles.card import IMAGES, InputRecord, ModelCard, card_path, read_card
 from mgpu_gui.core.tools.evaluate_job import PredictRequest
+from mgpu_gui.engine.models import output_layer_info
 from mgpu_gui.engine.pipeline import decode_file
 
 BATCH = 32
@@ -39,10 +41,13 @@ def predict_files(request: PredictRequest) -> PredictionsMade:
     if inputs.kind != IMAGES or inputs.image_size is None:
         raise DataError(f"{request.model.name} was trained on arrays (an .npz), not image "
                         "files: predict its samples with `mgpu-train evaluate --data`.")
+    units, activation = output_layer_info(model)
+    # Loaded without its compile settings: the head is read from the last layer alone.
+    meaning = meaning_of(None, units or 1, linear_output=activation == "linear")
     rows: list[dict] = []
     for start in range(0, len(request.files), BATCH):
         rows += _predict_batch(model, request.files[start:start + BATCH], inputs, card,
-                               request.top)
+                               request.top, meaning)
     return PredictionsMade(rows=rows, inputs=said)
 
 
@@ -54,7 +59,7 @@ def prepare_image(path: Path, inputs: InputRecord) -> np.ndarray:
 
 
 def _predict_batch(model: keras.Model, files: Sequence[Path], inputs: InputRecord,
-                   card: ModelCard, top: int) -> list[dict]:
+                   card: ModelCard, top: int, meaning: OutputMeaning) -> list[dict]:
     rows: list[dict] = [{"file": str(f), "top": [], "error": ""} for f in files]
     ready: list[tuple[int, np.ndarray]] = []
     for index, path in enumerate(files):
@@ -63,8 +68,8 @@ def _predict_batch(model: keras.Model, files: Sequence[Path], inputs: InputRecor
         except UserError as error:
             rows[index]["error"] = str(error)
     if ready:
-        outputs = keras.ops.convert_to_numpy(model(np.stack([x for _, x in ready]),
-                                                   training=False))
+        outputs = class_probabilities(keras.ops.convert_to_numpy(
+            model(np.stack([x for _, x in ready]), training=False)), meaning)
         names = card.class_names or tuple(str(i) for i in range(outputs.shape[-1]))
         for (index, _), probabilities in zip(ready, outputs, strict=True):
             rows[index]["top"] = [list(pair) for pair in top_classes(probabilities, names, top)]
