@@ -19,6 +19,9 @@ def test_a_spec_reads_bare_names_at_their_usual_strength_and_says_what_it_does()
     assert augmentation.describe() == ("training images mirrored left-right at random, rotated "
                                        "up to 36°, zoomed up to ±30%, brightness up to ±10%")
     assert parse_augment("") == Augmentation() and not Augmentation().active
+    # The word a sweep's values use (and the README's sweep example): issue 29, item 14.
+    assert parse_augment("off") == parse_augment(" None ") == Augmentation()
+    assert RunConfig(augment="off").problems() == [] and not RunConfig(augment="off").augmenting
 
 
 @pytest.mark.parametrize(("spec", "says"), [

@@ -166,6 +166,22 @@ def test_the_decoder_gives_what_tensorflow_gives(tmp_path):
 
 
 # -- the child -------------------------------------------------------------------
+def test_a_decoders_message_is_kept_whole_without_tensorflows_op_names():
+    """TensorFlow's message was cut mid-list at 160 characters ("One of JPEG, JPEG )"),
+    after its op's name (issue 29, item 14)."""
+    from mgpu_gui.core.datasets.images import corrupt
+
+    said = ("{{function_node __wrapped__DecodeImage_device_/job:localhost/replica:0/task:0/"
+            "device:CPU:0}} Unknown image file format. One of JPEG, JPEG XL, PNG, GIF, BMP, "
+            "WebP required. [Op:DecodeImage]")
+    message = str(corrupt("/data/a/1.png", ValueError(said)))
+    assert message == ("the image /data/a/1.png cannot be decoded (Unknown image file format. "
+                       "One of JPEG, JPEG XL, PNG, GIF, BMP, WebP required.); replace it with "
+                       "a readable image or delete it.")
+    long = str(corrupt("x.png", ValueError("word " * 100)))
+    assert "word …)" in long and len(long) < 340
+
+
 def test_child_answers_and_caches(bad, monkeypatch):
     request = ContentRequest((str(bad["one_folder"] / "cat"),), classifier=False)
     with pytest.raises(DataError, match="no class subfolders"):

@@ -136,10 +136,13 @@ def test_cli_says_which_run_is_unknown_without_a_traceback(capsys, store, args):
     assert args[1] in err and "mgpu-train runs" in err
 
 
-def test_cli_takes_quoted_words_as_separate_tags(capsys, store):
-    """A tag is one word: quoting cannot make one of two."""
-    assert cli_run(capsys, store, "runs", "tag", "1", "two words")[1] == (
-        "Run 1 (digits): tags two, words.\n")
+def test_cli_refuses_a_quoted_tag_with_spaces_instead_of_making_several(capsys, store):
+    """A tag is one word, and one argument one tag: "tag with space" made three tags
+    without a word (issue 29, item 14); it is refused, naming it, and nothing is tagged."""
+    code, out, err = cli_run(capsys, store, "runs", "tag", "1", "ok", "tag with space")
+    assert (code, out) == (2, "")
+    assert "'tag with space' is not" in err and "separate words" in err, err
+    assert store.get(1).tags == ()
 
 
 @pytest.fixture

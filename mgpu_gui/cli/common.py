@@ -92,7 +92,8 @@ def add_train_arguments(p: argparse.ArgumentParser, *, hidden: Collection[str] =
     flags added."""
     d = RunConfig()
     add = _Flags(hidden, helps)
-    add(p, "--config", type=Path, help="a RunConfig JSON file; flags override it")
+    add(p, "--config", type=Path, help="a RunConfig JSON file; flags override it (its "
+        "relative paths are taken from its own folder)")
     add(p, "--model", help=f"a .keras, .h5 or .py file, a built-in architecture "
         f"({', '.join(ARCHITECTURES)}; see `mgpu-train models`), or '{DEMO}' (default)")
     add(p, "--pretrained", help="a built-in architecture's starting weights: imagenet "
@@ -164,7 +165,7 @@ def add_train_arguments(p: argparse.ArgumentParser, *, hidden: Collection[str] =
     add(p, "--augment", metavar="SPEC",
         help="vary the training images of an image folder at random, e.g. "
              "flip,rotate=0.1,zoom=0.2,translate=0.1,contrast=0.2,brightness=0.2 (a bare name "
-             "takes that strength; validation and test images stay as they are)")
+             "takes that strength; validation and test images stay as they are; off: none)")
     add(p, "--cache", choices=CACHE_MODES,
         help="where decoded samples are kept between epochs: auto (in memory when they fit "
              "1 GiB, else an image folder's on local disk in the run folder), memory, disk "
@@ -213,7 +214,9 @@ def add_store_argument(p: argparse.ArgumentParser,
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     """RunConfig from --config (if any) with the flags given on top."""
-    base = RunConfig.from_json(args.config.read_text()) if args.config else RunConfig()
+    # A file's relative paths are the file's own, from its folder; a flag's from here.
+    base = (read_config_file(args.config).with_absolute_paths(args.config.absolute().parent)
+            if args.config else RunConfig())
     changes: dict = {}
     if base.on_finish and args.on_finish is None:  # a shared file runs nothing unasked
         print(f"warning: {args.config} names an on-finish command ({shlex.join(base.on_finish)})"
@@ -268,7 +271,33 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         enabled=scaling.enabled or args.scale_lr,
         warmup_epochs=(scaling.warmup_epochs if args.warmup_epochs is None
                        else args.warmup_epochs))
-    return base.replace(**changes)
+    return base.replace(**changes).with_absolute_paths()
+
+
+def read_config_file(path: Path) -> RunConfig:
+    """A --config file, checked as the flags are: UserError naming the file and what is
+    wrong with it, never a traceback."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except IsADirectoryError:
+        raise UserError(f"--config {path} is a folder; give a RunConfig JSON file") from None
+    except FileNotFoundError:
+        raise UserError(f"--config {path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as error:
+        why = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        raise UserError(f"--config {path} cannot be read: {why}") from None
+    if not text.strip():
+        raise UserError(f"--config {path} is empty; give a RunConfig JSON object, e.g. "
+                        '{"epochs": 10}')
+    try:
+        return RunConfig.from_json(text, str(path))
+    except ConfigError as error:  # named as in the file, not as the flags that set them
+        lines = [message if name == str(path) else f"{name}: {message}"
+                 for name, message in error.problems]
+        raise UserError(f"--config {path}: " + "; ".join(lines)
+                        if len(lines) == 1 else
+                        f"--config {path} has {len(lines)} problems:\n  " + "\n  ".join(lines)
+                        ) from None
 
 
 def _parse_size(text: str) -> tuple[int, int]:

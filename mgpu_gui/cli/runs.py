@@ -27,7 +27,7 @@ from mgpu_gui.core.runs.environment import read_environment
 from mgpu_gui.core.runs.epoch_table import export_csv
 from mgpu_gui.core.runs.search import RunQuery
 from mgpu_gui.core.runs.store import RunRecord, RunState, RunStore
-from mgpu_gui.core.runs.tags import split_tags
+from mgpu_gui.core.runs.tags import check_tags
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -111,7 +111,10 @@ def _annotate(store: RunStore, args: argparse.Namespace) -> int:
         print(f"Run {record.id} ({record.name}): " + (
             "note set." if record.note else "note cleared."))
     else:
-        record = store.tag(run_id, split_tags(" ".join(args.tags)), untag=args.untag)
+        # One argument is one tag (commas separate too): a quoted "a b" is refused, not
+        # silently made into two tags.
+        tags = check_tags(t for arg in args.tags for t in arg.split(",") if t.strip())
+        record = store.tag(run_id, tags, untag=args.untag)
         print(f"Run {record.id} ({record.name}): tags "
               f"{', '.join(record.tags) if record.tags else 'none'}.")
     return 0

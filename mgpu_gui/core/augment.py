@@ -52,9 +52,15 @@ class Augmentation:
         return "training images " + ", ".join(parts) if parts else "no augmentation"
 
 
+NONE_WORDS = ("off", "none")
+
+
 def parse_augment(spec: str) -> Augmentation:
-    """`spec` ("" for none) as an Augmentation, or an AugmentSpecError saying what is wrong."""
+    """`spec` ("", "off" or "none" for none: the word a sweep's values and the README
+    use) as an Augmentation, or an AugmentSpecError saying what is wrong."""
     values: dict[str, float] = {}
+    if spec.strip().lower() in NONE_WORDS:
+        spec = ""
     for part in (p.strip() for p in spec.split(",")):
         if not part:
             continue

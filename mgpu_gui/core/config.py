@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mgpu_gui.core.augment import AugmentSpecError, parse_augment
+from mgpu_gui.core.config_types import parse_json, type_problems
 from mgpu_gui.core.engines import Engine, InputPipeline, engine_problems, pipeline_problems
 from mgpu_gui.core.errors import ConfigError
 from mgpu_gui.core.modelfiles.builtins import NO_WEIGHTS, architecture, pretrained_problem
@@ -144,9 +145,14 @@ class RunConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunConfig:
-        unknown = set(data) - {f.name for f in dataclasses.fields(cls)}
-        if unknown:
-            raise ConfigError([(name, "unknown setting") for name in sorted(unknown)])
+        """ConfigError naming every unknown setting and every value of the wrong type."""
+        devices = data.get("devices") if isinstance(data, dict) else None
+        if isinstance(devices, dict) and isinstance(devices.get("gpus"), list):
+            gpus = [str(g) if type(g) is int else g for g in devices["gpus"]]  # [0, 1] too
+            data = {**data, "devices": {**devices, "gpus": gpus}}
+        problems = type_problems(cls, data)
+        if problems:
+            raise ConfigError(problems)
         values = dict(data)
         if "devices" in values:
             dev = dict(values["devices"])
@@ -165,8 +171,9 @@ class RunConfig:
         return cls(**values)
 
     @classmethod
-    def from_json(cls, text: str) -> RunConfig:
-        return cls.from_dict(json.loads(text))
+    def from_json(cls, text: str, source: str = "settings") -> RunConfig:
+        """`source`: where the text came from, named in a ConfigError."""
+        return cls.from_dict(parse_json(text, source))
 
     def replace(self, **changes: Any) -> RunConfig:
         return dataclasses.replace(self, **changes)
@@ -283,6 +290,21 @@ class RunConfig:
     @property
     def output_path(self) -> Path:
         return Path(os.path.expanduser(self.output_dir))
+
+    def with_absolute_paths(self, base: Path | None = None) -> RunConfig:
+        """Every file and folder as an absolute path, a relative one taken from `base` (None:
+        the current folder), so that a resume, an evaluation or a queue runner started in
+        another folder finds the same files. The demo and built-in names stay names."""
+        def absolute(path: str | None) -> str | None:
+            if path is None or path == DEMO:
+                return path
+            return os.path.abspath(os.path.join(base or os.getcwd(), os.path.expanduser(path)))
+
+        model = self.model if architecture(self.model) is not None else absolute(self.model)
+        return self.replace(model=model, data=absolute(self.data),
+                            validation_data=absolute(self.validation_data),
+                            custom_objects=absolute(self.custom_objects),
+                            output_dir=absolute(self.output_dir))
 
 
 def _augment_problems(spec: str, data: str) -> list[tuple[str, str]]:

@@ -64,8 +64,9 @@ class QueueRunner:
         for job in self.queue.fail_unfinished_starts():
             log.info("job %d: an earlier runner died while starting it", job.id)
         for job in requeue_stopped_trials(self.store):
+            # Numbered from 1, as `sweep show` and the run names number trials.
             log.info("job %d: sweep %d's trial %d waits to go on (run %s)", job.id,
-                     job.sweep_id, job.trial_index, job.run_id)
+                     job.sweep_id, job.trial_index + 1, job.run_id)
         idle_since = time.monotonic()
         while not self.stopping.wait(POLL_S if self.workers or self.queue.waiting() else 0.2):
             self._forget_finished()

@@ -14,7 +14,7 @@ import numpy as np
 
 from mgpu_gui.core.children.queue_runner import ensure_runner
 from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig
-from mgpu_gui.core.runs.queue import runner_pid
+from mgpu_gui.core.runs.queue import runner_log_path, runner_pid
 from mgpu_gui.core.runs.store import RunStore
 from mgpu_gui.core.sweeps.results import TrialStatus
 from mgpu_gui.core.sweeps.space import parse_parameter
@@ -92,4 +92,9 @@ def run_grid(base: RunConfig, swept: Mapping[str, str], repeats: int) -> SweepVi
     best = min(runs, key=lambda run: run.best_value)
     assert abs(view.results.best.best.best - best.best_value) < 1e-6
     assert view.jobs[view.results.best.trial.index].run_id == best.id
+    # The restarted runner names the stopped trial by the number `sweep show` gives it
+    # (it said "trial 0" for trial 1: issue 29, item 14).
+    log = runner_log_path(store.path).read_text()
+    assert f"sweep {sweep_id}'s trial 1 waits to go on" in log, log[-2000:]
+    assert "trial 0 " not in log
     return view

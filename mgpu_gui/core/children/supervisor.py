@@ -99,8 +99,9 @@ def prepare_run(config: RunConfig, inventory: GpuInventory | None = None,
     `allow_busy`) run a process outside the app.
     """
     config.check()
-    # Absolute: the worker and the export verifier run in other folders.
-    config = config.replace(output_dir=str(config.output_path.absolute()))
+    # Absolute: the worker, the export verifier, a resume and a queue runner run in
+    # other folders.
+    config = config.with_absolute_paths()
     inventory = inventory if inventory is not None else query_inventory()
     plan = _plan(config, inventory, store, allow_busy)
     preflight.check(config, plan.replicas, file_inspector())

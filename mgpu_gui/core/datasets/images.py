@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import io
 import os
+import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -113,8 +114,18 @@ def thumbnail_png(image: Image.Image, px: int) -> str:
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
+# TensorFlow's wrapping of a decoder's message: "{{function_node __wrapped__DecodeImage_…}}"
+# before it, "[Op:DecodeImage]" after.
+_DECODER_NOISE = re.compile(r"\{\{function_node [^}]*\}\}|\[Op:\w+\]")
+REASON_CHARS = 240
+
+
 def corrupt(path: str | os.PathLike[str], error: BaseException) -> CorruptImageError:
-    reason = " ".join(f"{type(error).__name__}: {error}".split())[:160]
+    """The decoder's own words, without TensorFlow's op names around them, and cut at a
+    word, not mid-list ("One of JPEG, JPEG )")."""
+    reason = " ".join(_DECODER_NOISE.sub(" ", str(error)).split()) or type(error).__name__
+    if len(reason) > REASON_CHARS:
+        reason = reason[:REASON_CHARS].rsplit(" ", 1)[0] + " …"
     return CorruptImageError(
         f"the image {os.fspath(path)} cannot be decoded ({reason}); replace it with a "
         "readable image or delete it.")

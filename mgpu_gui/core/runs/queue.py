@@ -103,11 +103,11 @@ class JobQueue:
 
     def checked(self, config: RunConfig, inventory: GpuInventory, *,
                 allow_busy: bool = False) -> RunConfig:
-        """The config as a job keeps it (output folder absolute), or the error that keeps
+        """The config as a job keeps it (its paths absolute), or the error that keeps
         it off the queue: bad settings, devices this machine lacks, or a GPU busy outside
         the app that `allow_busy` did not confirm."""
         config.check()
-        config = config.replace(output_dir=str(config.output_path.absolute()))
+        config = config.with_absolute_paths()
         # DeviceError: impossible on this machine. Runs of the app are left out (`held`
         # empty): they end by themselves; a process outside it may never.
         busy = {} if allow_busy else claims.in_use(self._database, inventory.gpus)[1]
