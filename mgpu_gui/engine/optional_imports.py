@@ -2,12 +2,13 @@
 process.
 
 When they are installed, `import keras` on the TensorFlow backend imports JAX twice over
-and scikit-learn (with SciPy) once, for nothing this app asks of them: TensorFlow for its
+and scikit-learn and SciPy, for nothing this app asks of them: TensorFlow for its
 TFLite converter's `jit` of JAX functions (`tensorflow/lite/python/util.py`:
 `try: from jax import jit`), Keras's Orbax checkpoint callback for a JAX-backend patch
-(`keras/src/callbacks/orbax_checkpoint.py`) and Keras's scikit-learn estimator wrappers
-(`keras/src/wrappers/`). Measured on two cores: JAX 0.44-0.64 s and scikit-learn
-0.51 s of CPU in every child that starts TensorFlow (the worker, each export check, probe
+(`keras/src/callbacks/orbax_checkpoint.py`), Keras's scikit-learn estimator wrappers
+(`keras/src/wrappers/`) and TensorFlow's own Keras 2 for sparse inputs
+(`tensorflow/python/keras/engine/`). Measured on two cores: JAX 0.44-0.64 s,
+scikit-learn 0.51 s and SciPy 0.13 s of CPU in every child that starts TensorFlow (the worker, each export check, probe
 and evaluation), where TensorFlow itself takes about 2.6 s; each import already falls
 back quietly where the package is missing. So those importers are refused those
 packages, the Orbax callback only off the JAX backend (on it, JAX is imported already and
@@ -23,8 +24,10 @@ import sys
 TFLITE_UTIL = "tensorflow.lite.python.util"
 ORBAX_CALLBACK = "keras.src.callbacks.orbax_checkpoint"
 SKLEARN_WRAPPERS = "keras.src.wrappers"
+LEGACY_TF_KERAS = "tensorflow.python.keras"  # TensorFlow's own Keras 2, for tf.compat.v1
 # (importing module or package, package imported): refused whatever the backend.
-REFUSED = ((TFLITE_UTIL, "jax"), (SKLEARN_WRAPPERS, "sklearn"))
+REFUSED = ((TFLITE_UTIL, "jax"), (SKLEARN_WRAPPERS, "sklearn"), (LEGACY_TF_KERAS, "scipy"))
+PACKAGES = frozenset({"jax", *(package for _, package in REFUSED)})
 
 
 def _importer() -> str:
@@ -48,7 +51,7 @@ def _refused(importer: str, package: str) -> bool:
 
 class _RefuseOptionalImports(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        importer = _importer() if name in ("jax", "sklearn") else ""
+        importer = _importer() if name in PACKAGES else ""
         if importer and _refused(importer, name):
             raise ModuleNotFoundError(f"{importer}'s optional import of {name} is refused "
                                       f"(mgpu_gui.engine.optional_imports)", name=name)
