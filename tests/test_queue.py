@@ -247,8 +247,10 @@ def test_two_queued_runs_on_disjoint_gpus_run_at_once_a_third_waits_across_an_ap
         return win
 
     model, data = tiny_data
+    # No export: its check in a fresh process is seconds per run, and not this test's point.
     base = RunConfig(model=str(model), data=str(data), batch_per_replica=8, epochs=2,
-                     output_dir=str(tmp_path / "runs"), batch_event_interval_s=0.0)
+                     output_dir=str(tmp_path / "runs"), batch_event_interval_s=0.0,
+                     export_formats=())
     first = window()
     inventory = first.gpu_panel.inventory
     for name, gpus, epochs in (("a", ("0", "1"), 4), ("b", ("GPU-fake-2",), 2), ("c", ("0",), 1)):

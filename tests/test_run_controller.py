@@ -22,8 +22,10 @@ pytestmark = pytest.mark.slow
 
 
 def demo(tmp_path, **changes) -> RunConfig:
+    """No export: its check in a fresh process is seconds per run, and no test's point here."""
     return RunConfig(output_dir=str(tmp_path), batch_per_replica=32, epochs=2,
-                     devices=DeviceSelection(kind=DeviceKind.CPU, replicas=2)).replace(**changes)
+                     devices=DeviceSelection(kind=DeviceKind.CPU, replicas=2),
+                     export_formats=()).replace(**changes)
 
 
 def test_a_run_streams_events_and_finishes(qtbot, tmp_path):
