@@ -35,11 +35,22 @@ def pytest_unconfigure(config):
 
 
 def pytest_xdist_auto_num_workers(config):
-    """`-n auto`: one and a half workers per core. Many tests wait on a child (a training
-    worker, an export check) that does the work, so a worker per core left a fifth of the
-    CPU idle (a full run on two cores: 19 CPU-minutes in 12 minutes)."""
+    """`-n auto`: two workers per core, one per 3 GiB of available memory at most (a worker
+    holds TensorFlow and its children theirs). Many tests wait on a child (a training
+    worker, an export check) that does the work: on two cores, a worker per core left a
+    fifth of the CPU idle (19 CPU-minutes in 12 minutes), three still left some, four
+    kept both cores busy from start to end (vmstat, every 5 s)."""
     cores = len(os.sched_getaffinity(0))
-    return cores + cores // 2
+    return max(1, min(2 * cores, _available_memory() // (3 << 30)))
+
+
+def _available_memory() -> int:
+    """Bytes the kernel could give without swapping (MemAvailable: free and reclaimable)."""
+    with open("/proc/meminfo") as meminfo:
+        for line in meminfo:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -107,6 +107,39 @@ def test_unopenable_store_says_what_to_do(tmp_path):
         RunStore(blocker / "runs.sqlite3")
 
 
+def _damaged(path: Path, how: str) -> None:
+    """A store with runs in it, then damaged as users' stores are (issue 29, finding 9)."""
+    store = RunStore(path)
+    store.close()
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    data = path.read_bytes()
+    if how == "truncated":
+        path.write_bytes(data[:150])
+    elif how == "garbage header":
+        path.write_bytes(b"\x07" * 100 + data[100:])
+    else:
+        path.write_text("runs I want to keep, as notes\n" * 200)
+
+
+@pytest.mark.parametrize("how", ["truncated", "garbage header", "a text file"])
+@pytest.mark.parametrize("command", [["runs"], ["queue", "list"], ["sweep", "list"]])
+def test_a_damaged_store_is_named_with_what_to_do_and_left_as_it_was(
+        tmp_path, capsys, how, command):
+    """(`train` warns with the same words and trains without recording the run.)"""
+    from mgpu_gui.cli import main as cli
+
+    path = tmp_path / "runs.sqlite3"
+    _damaged(path, how)
+    before = path.read_bytes()
+    code = cli.main(["--store", str(path), *command])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"The run store {path} is damaged" in err and ".recover" in err, err
+    assert "This is a bug" not in err and "unexpected" not in err
+    assert path.read_bytes() == before
+
+
 def test_network_filesystem_falls_back_from_wal(monkeypatch, tmp_path):
     monkeypatch.setattr(storedb, "filesystem_type", lambda path: "nfs4")
     with RunStore(tmp_path / "runs.sqlite3") as nfs:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import signal
+import sqlite3
 import sys
 import threading
 from collections.abc import Iterator, Sequence
@@ -37,7 +38,7 @@ from mgpu_gui.cli import (
 )
 from mgpu_gui.cli.common import EXIT_FAILED, EXIT_STOPPED, EXIT_USAGE, FLAGS
 from mgpu_gui.core.errors import ConfigError, UserError
-from mgpu_gui.core.runs.storedb import STORE_ENV
+from mgpu_gui.core.runs.storedb import STORE_ENV, default_store_path, unusable_store_message
 
 SUBCOMMANDS = (train, resume, runs, queue, sweep, models, devices, doctor, export, evaluate,
                predict, inspect, unwrap, scale, find_batch, worker)
@@ -121,6 +122,11 @@ def _run_command(words: list[str]) -> int:
         return EXIT_USAGE
     except KeyboardInterrupt:
         return EXIT_STOPPED
+    except sqlite3.DatabaseError as error:  # the store, damaged past its first pages
+        store = getattr(args, "store", None) or default_store_path()
+        print(f"error: {unusable_store_message(Path(store).absolute(), error)}",
+              file=sys.stderr)
+        return EXIT_USAGE
     except Exception as error:
         if args.debug:
             raise

@@ -162,6 +162,18 @@ class StoreError(UserError):
     """The run store cannot be opened or is from a newer version of the app."""
 
 
+def unusable_store_message(path: Path, error: sqlite3.DatabaseError) -> str:
+    """What to tell a user whose store SQLite refuses: which file, why, what to do."""
+    if "readonly" in str(error) or "read-only" in str(error):
+        return (f"The run store {path} cannot be written ({error}): it or its folder is "
+                f"read-only. Copy it to a writable folder and point {STORE_ENV} (or --store) "
+                "at the copy.")
+    return (f"The run store {path} is damaged ({error}); nothing was changed in it. Move it "
+            f"aside and keep it (SQLite's `sqlite3 {path.name} .recover` can salvage its "
+            f"rows); a new, empty store is made in its place at the next start. Or point "
+            f"{STORE_ENV} (or --store) at another store.")
+
+
 
 def default_store_path() -> Path:
     """$MGPU_GUI_STORE, else the user's data folder."""
@@ -223,10 +235,14 @@ class StoreDatabase:
             raise StoreError(f"Cannot open the run store {self.path}: {error}. Point "
                              f"{STORE_ENV} (or --store) at a writable file.") from error
         self.db.row_factory = sqlite3.Row
-        self.db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        self.db.execute("PRAGMA foreign_keys = ON")
-        self.journal_mode = self._choose_journal_mode()
-        self._migrate()
+        try:
+            self.db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            self.db.execute("PRAGMA foreign_keys = ON")
+            self.journal_mode = self._choose_journal_mode()
+            self._migrate()
+        except sqlite3.DatabaseError as error:  # not a database, damaged, or read-only
+            self.db.close()
+            raise StoreError(unusable_store_message(self.path, error)) from error
 
     def close(self) -> None:
         self.db.close()
