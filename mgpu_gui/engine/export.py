@@ -463,7 +463,9 @@ def reload_and_predict(fmt: str, path: str, x: np.ndarray, safe_mode: bool,
 
     from mgpu_gui.engine.models import load_custom_objects
 
-    custom = load_custom_objects(custom_objects_file) if custom_objects_file else None
+    # The file was checked where it was chosen; a `.py` model's own file has no dict.
+    custom = (load_custom_objects(custom_objects_file, or_its_classes=True)
+              if custom_objects_file else None)
     model = keras.saving.load_model(path, compile=False, safe_mode=safe_mode,
                                     custom_objects=custom)
     return _predict(lambda b: model(b, training=False), x)

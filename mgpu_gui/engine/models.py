@@ -45,6 +45,10 @@ _ONEHOT_LOSSES = {"categoricalcrossentropy", "categoricalfocalcrossentropy", "ca
 _SPARSE_LOSSES = {"sparsecategoricalcrossentropy"}
 _UNKNOWN_OBJECT = re.compile(r"(?:Could not locate class|Unknown \w+:) '([^']+)'")
 _REGISTERED_NAME = re.compile(r"'registered_name': '([^']+)'")
+# What a model file's own classes can be that a saved model names.
+_KERAS_OBJECTS = (keras.layers.Layer, keras.losses.Loss, keras.metrics.Metric,
+                  keras.optimizers.Optimizer, keras.initializers.Initializer,
+                  keras.regularizers.Regularizer, keras.constraints.Constraint)
 
 
 @dataclass(frozen=True)
@@ -136,16 +140,36 @@ def optimizer_in_use(model: keras.Model) -> tuple[str, float | None]:
     return type(optimizer).__name__, float(keras.ops.convert_to_numpy(optimizer.learning_rate))
 
 
-def load_custom_objects(path: str | Path) -> dict[str, Any]:
-    """The `custom_objects` dict of a `.py` file the user chose (running it is the point)."""
+def load_custom_objects(path: str | Path, *, or_its_classes: bool = False) -> dict[str, Any]:
+    """The `custom_objects` dict of a `.py` file the user chose (running it is the point).
+
+    `or_its_classes`: without such a dict, the Keras classes the file defines (a layer, a
+    subclassed model, a loss, a metric), by class name: a `.py` model's custom objects
+    are its own classes. Importing it also registers the ones it decorated with
+    `register_keras_serializable`. A model saved by its run reloads with them anywhere.
+    """
     module = _import_user_file(Path(path).expanduser())
     found = getattr(module, "custom_objects", None)
+    if not isinstance(found, dict) and or_its_classes:
+        return {name: value for name, value in vars(module).items()
+                if isinstance(value, type) and value.__module__ == module.__name__
+                and issubclass(value, _KERAS_OBJECTS)}
     if not isinstance(found, dict):
         raise ModelError(
             f"{Path(path).name} defines no module-level dict `custom_objects`; add "
             "`custom_objects = {'MyLayer': MyLayer}` naming each custom class."
         )
     return found
+
+
+def run_custom_objects(config: RunConfig) -> str | None:
+    """Where a run's saved model finds its custom objects: the --custom-objects file, else
+    a `.py` model's own file (read with `or_its_classes`)."""
+    if config.custom_objects is not None:
+        return config.custom_objects
+    if config.model.lower().endswith(".py") and is_model_file(config.model):
+        return config.model
+    return None
 
 
 # -- sources ----------------------------------------------------------------

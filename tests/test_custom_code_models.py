@@ -1,0 +1,77 @@
+"""A `.py` model whose classes are its own (a custom layer, a subclassed `keras.Model`)
+trains to the end: its export reloads in a fresh process with the model file's classes
+(issue 29, finding 1: every epoch trained, then "Could not locate class 'TinyNet'", the
+run failed, and resume failed the same way)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import numpy as np
+import pytest
+
+from mgpu_gui.cli import main as cli
+
+pytestmark = pytest.mark.slow
+
+MODELS = {
+    "custom_layer": """
+        import keras
+
+        class Scale(keras.layers.Layer):
+            def __init__(self, factor=2.0, **kwargs):
+                super().__init__(**kwargs)
+                self.factor = factor
+
+            def call(self, x):
+                return x * self.factor
+
+            def get_config(self):
+                return {**super().get_config(), "factor": self.factor}
+
+        def build_model(input_shape, num_classes):
+            return keras.Sequential([keras.Input(input_shape), Scale(0.5),
+                                     keras.layers.Dense(num_classes, activation="softmax")])
+    """,
+    "subclassed_model": """
+        import keras
+
+        @keras.saving.register_keras_serializable(package="lab")
+        class TinyNet(keras.Model):
+            def __init__(self, num_classes=3, **kwargs):
+                super().__init__(**kwargs)
+                self.num_classes = num_classes
+                self.hidden = keras.layers.Dense(8, activation="relu")
+                self.out = keras.layers.Dense(num_classes, activation="softmax")
+
+            def call(self, x):
+                return self.out(self.hidden(x))
+
+            def get_config(self):
+                return {**super().get_config(), "num_classes": self.num_classes}
+
+        def build_model(input_shape, num_classes):
+            model = TinyNet(num_classes)
+            model.build((None, *input_shape))
+            return model
+    """,
+}
+
+
+@pytest.mark.parametrize("kind", list(MODELS))
+def test_a_py_models_own_classes_reload_its_export(kind, tmp_path, capsys):
+    model = tmp_path / f"{kind}.py"
+    model.write_text(textwrap.dedent(MODELS[kind]))
+    rng = np.random.default_rng(0)
+    data = tmp_path / "data.npz"
+    np.savez(data, x_train=rng.random((48, 6), dtype=np.float32), y_train=rng.integers(0, 3, 48))
+    code = cli.main(["train", "--model", str(model), "--data", str(data), "--epochs", "1",
+                     "--batch-per-replica", "8", "--cpu", "--replicas", "1", "--json",
+                     "-o", str(tmp_path / "runs")])
+    out, err = capsys.readouterr()
+    events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert code == 0, err + out[-3000:]
+    (exported,) = [e for e in events if e["type"] == "model_exported"]
+    assert exported["verified"] and exported["max_abs_diff"] == 0
+    assert events[-1]["type"] == "run_finished" and events[-1]["status"] == "completed"
