@@ -69,6 +69,8 @@ def bad(tmp_path_factory) -> dict[str, Path]:
     truncate(files["truncated"] / "dog" / "03.png")
     files["one_folder"] = images(root / "one_folder", {"cat": 6})
     (root / "one_folder" / "dog").mkdir()
+    files["empty_class"] = images(root / "empty_class", {"cat": 6, "dog": 6})
+    (root / "empty_class" / "owl").mkdir()
     return files
 
 
@@ -84,6 +86,10 @@ def bad(tmp_path_factory) -> dict[str, Path]:
     ("truncated", ["dog/03.png cannot be decoded", "truncated", "replace it"]),
     ("one_folder", ["only the class folder 'cat' holds images", "1 other class folder",
                     "at least 2 classes"]),
+    # Trained on 2 classes, then failed at the export: "2 values per sample but 3 class
+    # names" (issue 29, finding 2).
+    ("empty_class", ["the class subfolder 'owl' holds no images", "every subfolder is a "
+                     "class", "move it out of the data folder"]),
 ])
 def test_train_refuses_bad_data_before_the_run(capsys, bad, tmp_path, name, words):
     out_dir = tmp_path / "runs"

@@ -36,6 +36,7 @@ from mgpu_gui.core.events import (
     EvaluationDone,
     EvaluationFailed,
     ExportDone,
+    ExportNotMade,
     PredictionsMade,
     RunFailed,
     RunFinished,
@@ -50,6 +51,7 @@ from mgpu_gui.core.tools.evaluate_job import EvaluateJob, EvaluateRequest, Predi
 from mgpu_gui.core.tools.export_job import ExportJob, ExportRequest, done_line, failed_text
 
 EXIT_FAILED, EXIT_USAGE, EXIT_STOPPED = 1, 2, 130
+EXIT_EXPORT_INCOMPLETE = 3  # trained to the end; a requested export format could not be made
 FLAGS = {  # RunConfig fields as the flags a CLI user typed
     "model": "--model", "data": "--data", "validation_data": "--val-data",
     "validation_split": "--val-split", "batch_per_replica": "--batch-per-replica",
@@ -478,4 +480,5 @@ def _report_outcome(outcome: RunOutcome, out: TextIO, debug: bool, interrupted: 
         if resume and outcome.resumable:
             print(resume, file=out)
         return EXIT_STOPPED if interrupted else 0
-    return 0
+    return EXIT_EXPORT_INCOMPLETE if any(isinstance(e, ExportNotMade) for e in outcome.events) \
+        else 0

@@ -25,7 +25,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                     f"headers only beyond {DECODE_LIMIT:,} files), then the batch "
                     "arithmetic. A problem is one message naming the file (and sample or "
                     "image) and what to do, exit code 2, and nothing left behind. An image "
-                    "damaged later stops the run naming the file.")
+                    "damaged later stops the run naming the file. Exit codes: 0 trained and "
+                    "exported; 1 failed; 2 refused before it started; 3 trained to the end "
+                    "but a requested export format could not be made (named; the others "
+                    "and the checkpoints are kept); 130 stopped by Ctrl-C.")
     add_train_arguments(p)
     add_store_argument(p)
     p.set_defaults(func=run)

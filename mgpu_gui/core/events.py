@@ -158,6 +158,16 @@ class ModelExported(Event):
 
 
 @dataclass(frozen=True)
+class ExportNotMade(Event):
+    """One requested format could not be exported (its check failed); the run still
+    completes, with its other formats and checkpoints: its training is not lost."""
+
+    type: ClassVar[str] = "export_not_made"
+    format: str
+    message: str
+
+
+@dataclass(frozen=True)
 class Evaluated(Event):
     type: ClassVar[str] = "evaluated"
     dataset: str  # "test"

@@ -10,6 +10,7 @@ from mgpu_gui.core.events import (
     EpochEnd,
     Evaluated,
     Event,
+    ExportNotMade,
     LogMessage,
     ModelExported,
     RunFailed,
@@ -46,6 +47,8 @@ def event_lines(event: Event, *, verbose: bool = False) -> list[str]:
     if isinstance(event, ModelExported):
         return [f"Exported {event.format} model: {event.path} (reloaded in a fresh process, "
                 f"max prediction difference {event.max_abs_diff:.2g})"]
+    if isinstance(event, ExportNotMade):
+        return [f"Not exported as {event.format}: {event.message}"]
     if isinstance(event, RunFinished):
         return [finished_line(event)]
     if isinstance(event, RunFailed):

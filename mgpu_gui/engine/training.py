@@ -24,10 +24,11 @@ import keras
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.datasets import batching, content
 from mgpu_gui.core.devices.plan import DevicePlan
-from mgpu_gui.core.errors import ModelError
+from mgpu_gui.core.errors import ExportError, ModelError
 from mgpu_gui.core.events import (
     Evaluated,
     EventSink,
+    ExportNotMade,
     LogMessage,
     ModelExported,
     RunFinished,
@@ -432,13 +433,21 @@ def _evaluate(loop: FitLoop, model: keras.Model, setup: TrainingSetup, sink: Eve
 
 def _export(config: RunConfig, run_dir: RunDir, model: keras.Model,
             prepared: PreparedData, sink: EventSink, where: Where) -> None:
+    """Each format on its own: one whose check fails is named, and the run still completes
+    with the others (a full disk still stops it: a resume exports once there is room)."""
     for fmt in config.export_formats:
         where.export_format = fmt
-        result = export_model(model, run_dir.export_path(fmt), fmt,
-                              sample_x=prepared.x_sample, class_names=prepared.class_names,
-                              inputs=input_record(config, prepared),
-                              safe_mode=not config.allow_unsafe_code,
-                              custom_objects_file=models.run_custom_objects(config))
+        try:
+            result = export_model(model, run_dir.export_path(fmt), fmt,
+                                  sample_x=prepared.x_sample, class_names=prepared.class_names,
+                                  inputs=input_record(config, prepared),
+                                  safe_mode=not config.allow_unsafe_code,
+                                  custom_objects_file=models.run_custom_objects(config))
+        except ExportError as error:
+            if isinstance(error, ckpt.DiskFullError):
+                raise
+            sink.emit(ExportNotMade(format=fmt, message=str(error)))
+            continue
         sink.emit(ModelExported(path=str(result.path), format=result.format,
                                 verified=result.verified, max_abs_diff=result.max_abs_diff))
 

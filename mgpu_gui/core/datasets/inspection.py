@@ -383,6 +383,15 @@ def list_images(folder: Path) -> ImageListing:
     if not paths:
         raise DataError(f"{folder} has {len(classes)} class subfolders but no images "
                         f"({', '.join(IMAGE_SUFFIXES)}) in them.")
+    present = set(labels)
+    empty = [cls.name for label, cls in enumerate(classes) if label not in present]
+    # A class the model would have an output for but could never learn (with a single
+    # class of images, the classifier check says more: at least 2 classes).
+    if empty and len(present) > 1:
+        raise DataError(f"{folder}: the class subfolder{'s' if len(empty) > 1 else ''} "
+                        f"{', '.join(map(repr, empty))} hold{'' if len(empty) > 1 else 's'} "
+                        f"no images ({', '.join(IMAGE_SUFFIXES)}); every subfolder is a "
+                        "class: add its images, or move it out of the data folder.")
     return ImageListing(tuple(c.name for c in classes), tuple(paths), tuple(labels))
 
 
