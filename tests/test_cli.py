@@ -308,7 +308,8 @@ def test_py_model_fails_in_the_worker(files, tmp_path, builder, words):
     out_dir = tmp_path / "runs"
     result = run_subprocess("--model", files[builder], "--data", files["data"], *TINY, *CPU,
                             "-o", out_dir)
-    assert result[0] == cli.EXIT_FAILED
+    # A refusal, as `train --help` says: exit 2, not 1 (issue 29, item 14).
+    assert result[0] == cli.EXIT_USAGE
     assert_refused(*result, out_dir, *words)
     from mgpu_gui.core.runs.store import RunStore
 

@@ -24,7 +24,7 @@ from mgpu_gui.core.children.supervisor import PreparedRun, WorkerProcess
 from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig
 from mgpu_gui.core.devices.nvml import GpuInventory, NvmlState
 from mgpu_gui.core.devices.plan import plan_devices
-from mgpu_gui.core.events import Phase, RunFailed, RunFinished, RunStatus
+from mgpu_gui.core.events import ExportNotMade, Phase, RunFailed, RunFinished, RunStatus
 from mgpu_gui.core.eventtext import finished_line
 from mgpu_gui.core.runs import checkpoints as ckpt
 from mgpu_gui.core.runs.folder import RunDir, create_run_dir
@@ -114,6 +114,27 @@ def test_a_stop_says_resumable_only_with_a_complete_epoch(capsys, tmp_path, done
     common._report_outcome(outcome, sys.stdout, False, True, HINT)
     out = capsys.readouterr().out
     assert words in out and (HINT in out) is resumable
+
+
+@pytest.mark.parametrize("failed, code", [
+    (RunFailed(message="m.py: build_model() returned None", phase=Phase.SETUP,
+               error_type="ModelError", user_error=True), common.EXIT_USAGE),
+    (RunFailed(message="unexpected", phase=Phase.SETUP, error_type="KeyError"),
+     common.EXIT_FAILED),
+    (RunFailed(message="NaN loss", phase=Phase.TRAINING, error_type="DataError",
+               user_error=True), common.EXIT_FAILED),
+])
+def test_exit_codes_say_refused_failed_or_trained_without_an_export(capsys, failed, code):
+    """`train --help`: 2 for a refusal, the worker's before its first step included (it
+    said 1: issue 29, item 14); 1 for a failure; 3 when a requested format was not made."""
+    outcome = supervisor.RunOutcome(RunStatus.FAILED, failed.message, events=[failed])
+    assert common._report_outcome(outcome, sys.stdout, False, False, HINT) == code
+    finished = RunFinished(status=RunStatus.COMPLETED, epochs_done=2)
+    missing = ExportNotMade(format="savedmodel", message="differs by 0.51")
+    for events, expected in (([finished], 0), ([missing, finished], 3)):
+        outcome = supervisor.RunOutcome(RunStatus.COMPLETED, "", events=events)
+        assert common._report_outcome(outcome, sys.stdout, False, False, HINT) == expected
+    capsys.readouterr()
 
 
 def test_resume_refuses_a_deleted_folder_and_a_run_without_a_backup(capsys, tmp_path):

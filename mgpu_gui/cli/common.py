@@ -37,6 +37,7 @@ from mgpu_gui.core.events import (
     EvaluationFailed,
     ExportDone,
     ExportNotMade,
+    Phase,
     PredictionsMade,
     RunFailed,
     RunFinished,
@@ -473,7 +474,11 @@ def _report_outcome(outcome: RunOutcome, out: TextIO, debug: bool, interrupted: 
                for e in outcome.events):
             print(f"To train from scratch instead: {scratch_command(command_line)}",
                   file=sys.stderr)
-        return EXIT_FAILED
+        failed = next((e for e in reversed(outcome.events) if isinstance(e, RunFailed)), None)
+        # Refused by the worker before the first step (the model's code, its shapes): the
+        # run folder is gone again, as for a refusal here, and the exit code says so.
+        refused = failed is not None and failed.phase is Phase.SETUP and failed.user_error
+        return EXIT_USAGE if refused else EXIT_FAILED
     finished = next(e for e in reversed(outcome.events) if isinstance(e, RunFinished))
     print(finished_line(finished), file=out)
     if outcome.status is RunStatus.STOPPED:

@@ -195,6 +195,7 @@ class RunFailed(Event):
     error_type: str
     traceback: str = ""  # for a bug report, shown one click away
     resumable: bool = True  # the failing UserError's `resumable`: may a resume be suggested?
+    user_error: bool = False  # the input's fault (a UserError), not a bug or a crash
 
 
 @dataclass(frozen=True)

@@ -172,7 +172,8 @@ def failure_event(error: BaseException, started: bool) -> RunFailed:
                    f"and worker.log in the run folder help to report it.")
     return RunFailed(message=message, phase=phase, error_type=type(error).__name__,
                      traceback="".join(traceback.format_exception(error)),
-                     resumable=getattr(error, "resumable", True))
+                     resumable=getattr(error, "resumable", True),
+                     user_error=isinstance(error, UserError))
 
 
 def device_plan(run_dir: RunDir) -> DevicePlan:
