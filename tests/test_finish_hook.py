@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,32 @@ def test_a_failing_slow_or_missing_command_is_one_line(tmp_path):
     assert "was stopped after 0.5 s" in run_finish_command(
         python("import time; time.sleep(30)"), FINISHED, timeout_s=0.5)
     assert "could not start" in run_finish_command((str(tmp_path / "nothing"),), FINISHED)
+
+
+def test_a_timeout_stops_the_children_the_command_started_too(tmp_path):
+    """A script that starts a mailer and waits: at the timeout the mailer went on running,
+    and the hook waited on for the output it held open (issue 29, item 14)."""
+    pid_file = tmp_path / "child.pid"
+    script = ("import subprocess, sys, time; "
+              "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+              f"open({str(pid_file)!r}, 'w').write(str(child.pid)); time.sleep(60)")
+    started = time.monotonic()
+    said = run_finish_command(python(script), FINISHED, timeout_s=1.0)
+    assert "was stopped after 1 s" in said and time.monotonic() - started < 10
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and _alive(child):
+        time.sleep(0.05)
+    assert not _alive(child), "the command's own child outlived its timeout"
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie waiting for its parent (init reaps it)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
 
 
 def test_words_are_split_as_a_shell_splits_them_and_a_bad_one_is_refused(tmp_path):

@@ -8,8 +8,10 @@ it did goes to the run's worker.log, and its failure never fails the run.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
+import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -50,16 +52,23 @@ def run_finish_command(command: tuple[str, ...], finished: FinishedRun,
     shown = shlex.join(command)
     started = time.monotonic()
     try:
-        done = subprocess.run(list(command), env={**os.environ, **finished.environment()},
-                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, timeout=timeout_s, check=False)
-    except subprocess.TimeoutExpired:
-        return f"On-finish command {shown} was stopped after {timeout_s:g} s."
+        # A session of its own: at the timeout its whole process group is stopped, the
+        # children it started included (they kept running, and kept its output open).
+        process = subprocess.Popen(list(command), env={**os.environ, **finished.environment()},
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
     except OSError as error:
         return f"On-finish command {shown} could not start: {error.strerror or error}."
+    try:
+        output, _ = process.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        return f"On-finish command {shown} was stopped after {timeout_s:g} s."
     took = time.monotonic() - started
-    said = done.stdout.decode(errors="replace").strip()
+    said = output.decode(errors="replace").strip()
     tail = f"; it said: {said[-500:]}" if said else ""
-    if done.returncode != 0:
-        return f"On-finish command {shown} failed (exit {done.returncode}){tail}"
+    if process.returncode != 0:
+        return f"On-finish command {shown} failed (exit {process.returncode}){tail}"
     return f"On-finish command {shown} ran in {took:.1f} s{tail}"
