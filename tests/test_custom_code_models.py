@@ -110,3 +110,35 @@ def test_a_format_whose_check_fails_is_named_and_the_run_still_completes(tmp_pat
     assert "savedmodel" in missing[0]["message"]
     assert code == 3, err
     assert "Not exported as savedmodel: " in err and "resume" not in err
+
+
+def test_a_model_with_its_own_rescaling_is_told_its_pixels_are_rescaled_twice(tmp_path, capsys):
+    """Keras' image examples start the model with Rescaling(1/255); the pipeline's rescale
+    applied too, without a word (issue 29, item 14). The log says so and what to give."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for name in ("cat", "dog"):
+        (tmp_path / "imgs" / name).mkdir(parents=True)
+        for i in range(6):
+            Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).save(
+                tmp_path / "imgs" / name / f"{i}.png")
+    model = tmp_path / "own_rescaling.py"
+    model.write_text(textwrap.dedent("""
+        import keras
+
+        def build_model(input_shape, num_classes):
+            return keras.Sequential([keras.Input(input_shape), keras.layers.Rescaling(1 / 255),
+                                     keras.layers.Flatten(),
+                                     keras.layers.Dense(num_classes, activation="softmax")])
+    """))
+    args = ["train", "--model", str(model), "--data", str(tmp_path / "imgs"), "--image-size",
+            "8x8", "--epochs", "1", "--batch-per-replica", "4", "--cpu", "--replicas", "1",
+            "--export", "keras", "-o", str(tmp_path / "runs")]
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    assert "the model rescales its inputs itself (its first layer, rescaling, multiplies by " \
+           "0.00392157)" in out, out
+    assert "Give --rescale 1" in out
+    assert cli.main([*args, "--rescale", "1"]) == 0
+    assert "rescales its inputs itself" not in capsys.readouterr().out

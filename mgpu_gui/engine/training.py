@@ -23,6 +23,7 @@ import keras
 
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.datasets import batching, content
+from mgpu_gui.core.datasets.inspection import DataKind
 from mgpu_gui.core.devices.plan import DevicePlan
 from mgpu_gui.core.errors import ExportError, ModelError
 from mgpu_gui.core.events import (
@@ -283,6 +284,8 @@ def prepare(config: RunConfig, strategy: tf.distribute.Strategy, log,
                                  prepared.label_max)
     _check_labels_for_loss(config, model)
     _check_mirrored(model, strategy, log)
+    if prepared.kind is DataKind.IMAGES:  # the pixels the pipeline rescales
+        _note_own_rescaling(config, model, log)
     relabel, note = models.label_mapper(models.loss_wants_onehot(model), prepared.label_kind,
                                         prepared.num_classes)
     if note:
@@ -309,6 +312,18 @@ def _check_labels_for_loss(config: RunConfig, model: keras.Model) -> None:
         content.check_built_labels(content.ContentRequest(
             data_sources(config), classifier=True,
             why=f"{Path(config.model).name} (loss {loss})"))
+
+
+def _note_own_rescaling(config: RunConfig, model: keras.Model, log) -> None:
+    """A model that starts with its own Rescaling (as Keras' examples do) would get pixels
+    rescaled twice: say so, and how to feed it raw pixels."""
+    first = next((layer for layer in model.layers
+                  if not isinstance(layer, keras.layers.InputLayer)), None)
+    if isinstance(first, keras.layers.Rescaling) and config.input_rescale != 1.0:
+        log(f"Warning: the model rescales its inputs itself (its first layer, {first.name}, "
+            f"multiplies by {first.scale:g}), and the pipeline multiplies pixels by "
+            f"{config.input_rescale:g} before that: rescaled twice. Give --rescale 1 to "
+            "feed it raw pixels, as its own Rescaling expects.")
 
 
 def _check_mirrored(model: keras.Model, strategy: tf.distribute.Strategy, log) -> None:
