@@ -15,6 +15,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mgpu_gui.cli import common
@@ -34,8 +35,9 @@ HINT = "Continue it with: mgpu-train resume 1"
 NOISE = "E0000 00:00:1 123 cuda_executor.cc:1] failed call to cuInit: UNKNOWN ERROR (303)"
 
 
-def stored_run(tmp_path: Path, store: RunStore, *, backup_epochs: int = 0) -> PreparedRun:
-    config = RunConfig(output_dir=str(tmp_path / "runs"), epochs=3,
+def stored_run(tmp_path: Path, store: RunStore, *, backup_epochs: int = 0,
+               data: str = "demo") -> PreparedRun:
+    config = RunConfig(output_dir=str(tmp_path / "runs"), epochs=3, data=data,
                        devices=DeviceSelection(kind=DeviceKind.CPU, replicas=1))
     run_dir = create_run_dir(config)
     if backup_epochs:
@@ -158,6 +160,31 @@ def test_resume_refuses_a_deleted_folder_and_a_run_without_a_backup(capsys, tmp_
     captured = capsys.readouterr()
     assert f"Removed run {gone.run_id}" in captured.err
     assert str(gone.run_dir.path) not in captured.out and str(empty.run_dir.path) in captured.out
+
+
+@pytest.mark.parametrize("change, words", [
+    (lambda data: np.savez(data, x_train=np.zeros((13, 4)), y_train=np.arange(13)),
+     "data.npz is 1.0 KiB, 914 bytes when the run started"),  # numpy's .npz sizes
+    (lambda data: data.unlink(), "cannot be read now: No such file or directory"),
+])
+def test_resume_after_the_data_changed_names_the_change_not_the_backup(
+        capsys, tmp_path, change, words):
+    """Issue 29, finding 5: the data grew from 10 classes to 13; resume blamed an intact
+    backup ("cannot be read ... Start a new run") and offered a resume in the same output."""
+    from mgpu_gui.core.runs.environment import RunEnvironment, environment_path, fingerprint
+
+    data = tmp_path / "data.npz"
+    np.savez(data, x_train=np.zeros((10, 4)), y_train=np.arange(10))
+    with RunStore() as store:
+        run = stored_run(tmp_path, store, backup_epochs=1, data=str(data))
+    recorded = RunEnvironment(files=(fingerprint("data", data),))
+    environment_path(run.run_dir.path).write_text(json.dumps(recorded.to_dict()))
+    change(data)
+    assert cli.main(["resume", str(run.run_id)]) == common.EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "its data changed since it started" in err and words in err, err
+    assert f"mgpu-train --config {run.run_dir.config_json}" in err
+    assert "backup" not in err and "mgpu-train resume" not in err
 
 
 def test_resume_point_says_the_same_everywhere(tmp_path):

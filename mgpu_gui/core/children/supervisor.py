@@ -39,6 +39,7 @@ from mgpu_gui.core.events import (
 from mgpu_gui.core.eventtext import best_text, is_noise
 from mgpu_gui.core.runs import claims, preflight
 from mgpu_gui.core.runs.diagnosis import Diagnostician, InputSettings
+from mgpu_gui.core.runs.environment import data_changes
 from mgpu_gui.core.runs.finish_hook import FinishedRun, run_finish_command
 from mgpu_gui.core.runs.folder import RunDir, create_run_dir
 from mgpu_gui.core.runs.lock import RunLock
@@ -165,6 +166,13 @@ def prepare_resume(run_folder: Path, inventory: GpuInventory | None = None,
         if record is not None and not record.resume_helps:
             raise UserError(f"The run in {run_dir.path} failed for a reason a resume would "
                             f"meet again: {record.message}")
+        changed = data_changes(run_dir.path)
+        if changed:
+            raise UserError(
+                f"The run in {run_dir.path} cannot go on: its data changed since it started ("
+                + "; ".join(changed) + "), and its epochs so far were trained on the data as "
+                "it was. Put the data back to resume it, or train a new run on the new data: "
+                f"mgpu-train --config {run_dir.config_json}")
         inventory = inventory if inventory is not None else query_inventory()
         plan = _plan(config, inventory, store, allow_busy)
         preflight.check(config, plan.replicas, file_inspector())

@@ -184,3 +184,35 @@ def _folder_record(role: str, folder: Path) -> FileRecord:
         digest.update(f"{relative}\0{size}\0{mtime}\n".encode("utf-8", "surrogateescape"))
     return FileRecord(role, str(folder), sum(e[1] for e in entries), digest.hexdigest(),
                       LISTING, files=len(entries))
+
+
+DATA_ROLES = ("data", "validation data")
+
+
+def data_changes(folder: Path) -> list[str]:
+    """How the run's data differs from what it started on (environment.json's fingerprints),
+    one line per file or folder: a resume would go on training on other data. Empty when
+    nothing changed, or when the run recorded no fingerprint (an older run)."""
+    recorded = read_environment(folder)
+    if recorded is None:
+        return []
+    changes = []
+    for before in recorded.files:
+        if before.role not in DATA_ROLES or before.sha256 is None:
+            continue
+        now = fingerprint(before.role, Path(before.path))
+        if now.sha256 == before.sha256:
+            continue
+        if now.error:
+            changes.append(f"the {before.role} {before.path} cannot be read now: {now.error}")
+        elif before.files is not None and now.files != before.files:
+            changes.append(f"the {before.role} folder {before.path} holds {now.files} files, "
+                           f"{before.files} when the run started")
+        elif now.size != before.size:
+            changes.append(f"the {before.role} {before.path} is {format_bytes(now.size)}, "
+                           f"{format_bytes(before.size)} when the run started")
+        else:
+            what = ("files were modified since" if before.method == LISTING
+                    else "its content differs from the run's start")
+            changes.append(f"the {before.role} {before.path}: {what}")
+    return changes
