@@ -298,7 +298,8 @@ def test_different_settings_and_a_missing_worker_fail_clearly(files, tmp_path):
     alone = Cli("worker", "--cluster", f"127.0.0.1:{ports[2]},127.0.0.1:{free_ports(1)[0]}",
                 "--index", "0", "--start-timeout", "3", *train_args(files, tmp_path / "alone"),
                 out=tmp_path / "alone.log")
-    assert [chief.wait(), other.wait(), alone.wait()] == [1, 1, 1]
+    # Refused before anything trained: exit 2, as `train --help` says (issue 29, item 14).
+    assert [chief.wait(), other.wait(), alone.wait()] == [2, 2, 2]
     assert "The workers' settings differ: worker 1" in chief.stderr, chief.stderr[-2000:]
     assert "learning_rate" in chief.stderr and "learning_rate" in other.stderr
     assert "The cluster did not form within 3 s: worker 1 (127.0.0.1:" in alone.stderr, (

@@ -98,8 +98,9 @@ def test_a_run_on_cpu_replicas_records_its_worker_process(busy_worker, tmp_path)
     assert list(telemetry.devices) == [CPU_DEVICE]
     assert telemetry.devices[CPU_DEVICE].memory_total > 0  # the machine's, for a scale
     rows = telemetry.samples[CPU_DEVICE]
-    # Resident MiB: from just after exec (under 1) to a started Python's.
-    assert len(rows) >= 3 and (rows[:, MEMORY] >= 0).all() and rows[-1, MEMORY] > 5
+    # Resident MiB: from just after exec (under 1) to a started Python's (the last sample
+    # may come after its exit: 0, seen on a loaded machine).
+    assert len(rows) >= 3 and (rows[:, MEMORY] >= 0).all() and rows[:, MEMORY].max() > 5
     # The first sample has no interval to measure over; the spinning worker used CPU (a
     # share of all the cores: 100 % is every one busy).
     assert 10 / usable_cores() < rows[1:, UTILIZATION].max() <= 100
