@@ -38,7 +38,9 @@ class OutputMeaning:
         return f"{words}, as logits" if self.logits else words
 
 
-def _key(loss: str) -> str:
+def loss_key(loss: str) -> str:
+    """A Keras loss as named in a config or a log ("Binary_Crossentropy(from_logits=True)")
+    reduced to the key loss tables use ("binarycrossentropy")."""
     return loss.split("(")[0].replace("_", "").replace(" ", "").lower()
 
 
@@ -52,7 +54,7 @@ def meaning_of(loss: str | None, units: int, *, multi_hot_labels: bool = False,
     regression loss.
     """
     described = loss or ""
-    key = _key(described)
+    key = loss_key(described)
     logits = "from_logits=true" in described.replace(" ", "").lower() or (
         linear_output and not key.startswith(("mean", "huber", "logcosh")))
     if "crossentropy" in key and key.startswith("binary"):

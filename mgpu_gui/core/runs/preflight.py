@@ -20,6 +20,7 @@ from mgpu_gui.core.datasets import fit_check
 from mgpu_gui.core.datasets.content import ContentRequest
 from mgpu_gui.core.datasets.inspection import DataInfo, LabelKind
 from mgpu_gui.core.errors import DataError, ModelError, OutputError, UserError
+from mgpu_gui.core.evaluation.heads import loss_key
 from mgpu_gui.core.events import DataChecked
 from mgpu_gui.core.modelfiles.builder import py_builder
 from mgpu_gui.core.modelfiles.builtins import BACKBONE, architecture, input_problem, no_backbone
@@ -78,7 +79,7 @@ _REGRESSION_LOSSES = frozenset({
 
 def loss_is_classifier(loss: str) -> bool | None:
     """Whether a Keras loss trains a classifier (None: a loss we do not know)."""
-    key = loss.split("(")[0].replace("_", "").replace(" ", "").lower()
+    key = loss_key(loss)
     if "crossentropy" in key or "hinge" in key:
         return True
     return False if key in _REGRESSION_LOSSES else None
