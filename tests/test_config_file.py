@@ -62,7 +62,8 @@ def test_a_config_file_that_cannot_be_read_is_named(make, words, tmp_path, capsy
 
 def test_good_values_load_and_every_problem_is_named_at_once():
     config = RunConfig.from_json('{"epochs": 3, "learning_rate": 1, "seed": null, '
-                                 '"image_size": [32, 48], "devices": {"kind": "gpu", "gpus": [0, "1"]}}')
+                                 '"image_size": [32, 48], '
+                                 '"devices": {"kind": "gpu", "gpus": [0, "1"]}}')
     assert (config.epochs, config.learning_rate, config.seed) == (3, 1, None)
     assert config.devices.gpus == ("0", "1")
     assert config.image_size == (32, 48) and config.devices.kind == "gpu"
@@ -99,3 +100,18 @@ def test_relative_paths_become_absolute_where_they_enter(tmp_path, monkeypatch):
     home = RunConfig(output_dir="~/runs").with_absolute_paths()
     assert home.output_dir == str(Path.home() / "runs")
     assert home.with_absolute_paths() == home
+
+
+@pytest.mark.parametrize(("flag", "formats"), [("none", ()), ("keras, h5", ("keras", "h5")),
+                                               (None, ("keras",))])
+def test_export_none_keeps_the_checkpoints_only(flag, formats):
+    """`--export none`: no export at the run's end (nor its rehearsal), for a run exported
+    later with `mgpu-train export`."""
+    import argparse
+
+    from mgpu_gui.cli.common import add_train_arguments, config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_train_arguments(parser)
+    args = parser.parse_args([] if flag is None else ["--export", flag])
+    assert config_from_args(args).export_formats == formats

@@ -77,41 +77,6 @@ def test_a_py_models_own_classes_reload_its_export(kind, tmp_path, capsys):
     assert events[-1]["type"] == "run_finished" and events[-1]["status"] == "completed"
 
 
-def test_a_format_whose_check_fails_is_named_and_the_run_still_completes(tmp_path, capsys):
-    """Issue 29, finding 4: `--export keras,h5,savedmodel` on a model with random
-    augmentation layers inside; the SavedModel's check fails (a Keras limitation), which
-    failed the whole run and offered a resume that could not help. Now the run completes
-    with the formats that were made, names the one that was not, and exits 3 (`train
-    --help`)."""
-    model = tmp_path / "augmenting.py"
-    model.write_text(textwrap.dedent("""
-        import keras
-
-        def build_model(input_shape, num_classes):
-            return keras.Sequential([
-                keras.Input(input_shape), keras.layers.RandomFlip(),
-                keras.layers.RandomRotation(0.2), keras.layers.Flatten(),
-                keras.layers.Dense(num_classes, activation="softmax")])
-    """))
-    rng = np.random.default_rng(0)
-    data = tmp_path / "data.npz"
-    np.savez(data, x_train=rng.random((32, 8, 8, 3), dtype=np.float32),
-             y_train=rng.integers(0, 3, 32))
-    code = cli.main(["train", "--model", str(model), "--data", str(data), "--epochs", "1",
-                     "--batch-per-replica", "8", "--cpu", "--replicas", "1", "--json",
-                     "--export", "keras,h5,savedmodel", "-o", str(tmp_path / "runs")])
-    out, err = capsys.readouterr()
-    events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    made = {e["format"] for e in events if e["type"] == "model_exported"}
-    missing = [e for e in events if e["type"] == "export_not_made"]
-    assert events[-1]["type"] == "run_finished" and events[-1]["status"] == "completed", err
-    assert made == {"keras", "h5"}, (made, missing)
-    assert [e["format"] for e in missing] == ["savedmodel"]
-    assert "savedmodel" in missing[0]["message"]
-    assert code == 3, err
-    assert "Not exported as savedmodel: " in err and "resume" not in err
-
-
 def test_a_model_with_its_own_rescaling_is_told_its_pixels_are_rescaled_twice(tmp_path, capsys):
     """Keras' image examples start the model with Rescaling(1/255); the pipeline's rescale
     applied too, without a word (issue 29, item 14). The log says so and what to give."""

@@ -257,11 +257,10 @@ def test_a_seeded_epochs_order_depends_on_the_seed_and_the_epoch_alone():
     """Other iterators of the same batches (fit's symbolic build, a previous stage's) took
     shuffle seeds from the generator they share: under load a run trained on other orders
     (tests/test_multiworker.py failed in CI). Epoch e's order now comes from (seed, e)."""
+    import keras
     import tensorflow as tf
 
     from mgpu_gui.engine.pipeline import EpochShuffle
-
-    import keras
 
     keras.utils.set_random_seed(0)  # as the worker does for `--seed 0`: once a graph error
     ds = tf.data.Dataset.range(64).map(lambda i: (tf.cast(i, tf.float32), i))

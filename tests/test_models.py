@@ -23,7 +23,7 @@ from mgpu_gui.core.config import RunConfig  # noqa: E402
 from mgpu_gui.core.datasets import fit_check  # noqa: E402
 from mgpu_gui.core.errors import DataError, ModelError  # noqa: E402
 from mgpu_gui.core.modelfiles.inspection import inspect_model_file  # noqa: E402
-from mgpu_gui.engine import models, pipeline, py_pipeline  # noqa: E402
+from mgpu_gui.engine import data_source, models, pipeline  # noqa: E402
 
 pytestmark = pytest.mark.slow  # Keras models built under a strategy in this process
 
@@ -244,7 +244,7 @@ def test_loss_wants_onehot_and_label_conversion(strategy, files):
                                 relabel, 3)
         by_tf = np.stack([label.numpy() for _, label in ds])
         # The Python pipeline (no TensorFlow) changes them the same way.
-        np.testing.assert_array_equal(py_pipeline.relabeled(y, relabel, 3), by_tf)
+        np.testing.assert_array_equal(data_source.relabeled(y, relabel, 3), by_tf)
         return by_tf, line
 
     onehot, line = mapped(np.array([0, 2, 1]), True, "sparse")

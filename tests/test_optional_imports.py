@@ -56,4 +56,5 @@ def test_keras_on_tensorflow_starts_without_them_and_both_still_import_after():
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           timeout=120, env={**os.environ, "KERAS_BACKEND": "tensorflow"})
     assert done.returncode == 0, done.stderr[-3000:]
-    assert json.loads(done.stdout.splitlines()[-1]) == ["tensorflow", [False, False, False], 2.0, True]
+    assert json.loads(done.stdout.splitlines()[-1]) == [
+        "tensorflow", [False, False, False], 2.0, True]

@@ -185,7 +185,8 @@ def add_train_arguments(p: argparse.ArgumentParser, *, hidden: Collection[str] =
         help=f"where run folders go (default {d.output_dir})")
     add(p, "--name", dest="run_name", help="run folder name (default: the model's)")
     add(p, "--export", dest="export_formats",
-        help=f"formats to export at the end: {','.join(EXPORT_FORMATS)} (default keras)")
+        help=f"formats to export at the end: {','.join(EXPORT_FORMATS)} (default keras), "
+             "or none (export later with `mgpu-train export`)")
     add(p, "--tensorboard", action="store_true", help="write TensorBoard logs")
     add(p, "--allow-unsafe-code", action="store_true",
         help="let Lambda layers in the model file run their Python code (trusted files only)")
@@ -244,8 +245,9 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
             changes[flag] = True
     if args.metrics is not None:
         changes["metrics"] = tuple(m.strip() for m in args.metrics.split(",") if m.strip())
-    if args.export_formats is not None:
-        changes["export_formats"] = tuple(f.strip() for f in args.export_formats.split(","))
+    if args.export_formats is not None:  # "none": the checkpoints only, exported later
+        changes["export_formats"] = () if args.export_formats.strip() == "none" else tuple(
+            f.strip() for f in args.export_formats.split(","))
     if args.image_size is not None:
         changes["image_size"] = _parse_size(args.image_size)
     devices = base.devices

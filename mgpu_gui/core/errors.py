@@ -50,6 +50,16 @@ class ExportError(UserError):
     """Exporting or verifying the exported model failed."""
 
 
+class RehearsalError(UserError):
+    """The rehearsal before epoch 1 found what would fail later (engine/rehearsal.py).
+
+    A setup failure even when it stops the first epoch: no epoch is complete, so the run
+    leaves no folder and no row. Not resumable: the model or the settings must change.
+    """
+
+    resumable = False
+
+
 class OutputError(UserError):
     """The output folder cannot be created or written."""
 

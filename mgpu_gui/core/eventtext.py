@@ -105,7 +105,8 @@ def finished_line(event: RunFinished) -> str:
     best = ""
     if event.best_epoch is not None and event.best_value is not None:
         best = f"; best {event.best_metric} {event.best_value:.4g} in epoch {event.best_epoch + 1}"
-    return f"{done}: {event.epochs_done} epochs{best}."
+    epochs = "1 epoch" if event.epochs_done == 1 else f"{event.epochs_done} epochs"
+    return f"{done}: {epochs}{best}."
 
 
 # What TensorFlow prints at every start whatever the run, and the native stack addresses

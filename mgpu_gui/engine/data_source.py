@@ -86,6 +86,15 @@ class LabelMap(StrEnum):
     TO_IDS = "to class ids"
 
 
+def relabeled(y: np.ndarray, mapping: LabelMap | None, num_classes: int | None) -> np.ndarray:
+    """Labels in the form the loss takes (`models.label_mapper`), as tf.data's map makes them."""
+    if mapping is LabelMap.TO_ONEHOT:
+        return np.eye(num_classes, dtype=np.float32)[y.reshape(len(y), -1)[:, 0].astype(np.intp)]
+    if mapping is LabelMap.TO_IDS:
+        return np.argmax(y, axis=-1)
+    return y
+
+
 @dataclass(frozen=True)
 class SourceData:
     """The run's splits as read, before a pipeline turns them into datasets."""
@@ -111,7 +120,8 @@ class PreparedData:
     shuffle). Other data, and every split of the Python pipeline, yields float32
     already, and `finish` is None.
     `x_sample` is a few validation (else training) inputs, finished, kept in numpy
-    so an exported model can be checked against the trained one without the pipeline.
+    so an exported model can be checked against the trained one without the pipeline;
+    `y_sample` their labels as the data gives them (the rehearsal's loss on one batch).
     """
 
     kind: DataKind
@@ -127,6 +137,7 @@ class PreparedData:
     label_kind: LabelKind
     label_max: float | None
     x_sample: np.ndarray
+    y_sample: np.ndarray
     val_source: str  # where validation came from, for the run log
     # The labels of `val` and `test` in their order, without decoding a sample (evaluation).
     val_labels: np.ndarray | None = None
@@ -143,6 +154,7 @@ class PreparedData:
            finish: Callable | None = None) -> PreparedData:
         """`source`'s splits, each made a dataset by `convert`."""
         val, test = source.val, source.test
+        sampled = source.train if val is None else val  # as the pipelines take `x_sample`
         parts = [(s, n) for s, n in ((source.train, "train"), (val, "validation"),
                                      (test, "test")) if s is not None]
         return cls(
@@ -152,7 +164,7 @@ class PreparedData:
             test_samples=0 if test is None else size(test), input_shape=source.input_shape,
             num_classes=source.labels.num_classes, class_names=source.class_names,
             label_kind=source.labels.kind, label_max=source.labels.maximum, x_sample=x_sample,
-            val_source=source.val_source,
+            y_sample=labels(sampled)[:len(x_sample)], val_source=source.val_source,
             val_labels=None if val is None else labels(val),
             test_labels=None if test is None else labels(test),
             val_origins=None if val is None else val.origin,

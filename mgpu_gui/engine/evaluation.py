@@ -17,18 +17,13 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from mgpu_gui.core.datasets.inspection import LabelKind, label_classes
 from mgpu_gui.core.errors import ModelError
-from mgpu_gui.core.evaluation.heads import Head, OutputMeaning, class_probabilities, meaning_of
-from mgpu_gui.core.evaluation.metrics import classifier_metrics, regression_metrics
 from mgpu_gui.core.evaluation.result import EvaluationResult, Split, choose_split
 from mgpu_gui.core.evaluation.samples import SampleOrigins
 from mgpu_gui.core.events import EvaluationProgress
-from mgpu_gui.core.runs.preflight import loss_is_classifier
 from mgpu_gui.core.tools.evaluate_job import EvaluateRequest
-from mgpu_gui.engine import models
+from mgpu_gui.engine import judging, models
 from mgpu_gui.engine import pipeline as data_mod
-from mgpu_gui.engine.legacy_compile import describe_loss
 
 PROGRESS_EVERY_S = 0.25
 Log = Callable[[str], None]
@@ -53,30 +48,19 @@ def evaluate(request: EvaluateRequest, strategy: tf.distribute.Strategy,
                          "evaluation judges models with one output.")
     outputs = predict_every_sample(model, prepared.finished(dataset).map(lambda x, y: x), samples,
                                    config.batch_per_replica, progress)
-    loss = _loss(model, labels, outputs, prepared.label_kind, prepared.num_classes)
-    meaning = _meaning(model, outputs, prepared.label_kind)
-    if meaning.head is Head.MULTI_LABEL:
-        raise ModelError(f"{request.model.name} has a multi-label head ({meaning.describe()}); "
-                         "the evaluation judges exclusive classes and values, not yet "
-                         "independent labels.")
-    classifier = meaning.head is not Head.VALUES
-    # A classifier's labels are kept as class ids, whatever form the data gave them, and
-    # its outputs as one probability per class, whatever its head.
-    kept = label_classes(labels, prepared.label_kind) if classifier else labels
-    if classifier:
-        outputs = class_probabilities(outputs, meaning)
+    judged = judging.judge(model, request.model.name, labels, outputs,
+                           prepared.label_kind, prepared.num_classes,
+                           tuple(prepared.class_names) or None)
     result = EvaluationResult(
-        model=str(request.model), data=config.data, split=split, samples=samples, loss=loss,
-        classifier=classifier_metrics(kept, outputs, tuple(prepared.class_names) or None)
-        if classifier else None,
-        regression=None if classifier else regression_metrics(labels, outputs),
+        model=str(request.model), data=config.data, split=split, samples=samples,
+        loss=judged.loss, classifier=judged.classifier, regression=judged.regression,
         seconds=round(time.monotonic() - started, 3))
-    if not classifier:
+    if judged.classifier is None:
         log("The model does not classify (its loss predicts values): MAE and MSE instead of "
             "a confusion matrix.")
     path = None
     if request.output is not None:
-        path = result.save(request.output, kept, outputs, origins)
+        path = result.save(request.output, judged.labels, judged.outputs, origins)
     return result, path
 
 
@@ -127,34 +111,3 @@ def _split(prepared: data_mod.PreparedData, wanted: Split | None
     assert prepared.val is not None and prepared.val_labels is not None
     assert prepared.val_origins is not None
     return split, prepared.val, prepared.val_labels, prepared.val_origins
-
-
-def _meaning(model: keras.Model, outputs: np.ndarray, kind: LabelKind) -> OutputMeaning:
-    """The model's head, from its loss and last activation; a loss nobody knows on labels
-    that are no classes is taken for a regression."""
-    described = describe_loss(getattr(model, "loss", None))
-    if loss_is_classifier(described) is None and kind is LabelKind.OTHER:
-        return OutputMeaning(Head.VALUES)
-    units = int(np.prod(outputs.shape[1:]))
-    linear = models.output_layer_info(model)[1] == "linear"
-    return meaning_of(described, units, linear_output=linear,
-                      multi_hot_labels=kind is LabelKind.OTHER)
-
-
-def _loss(model: keras.Model, labels: np.ndarray, outputs: np.ndarray, kind: LabelKind,
-          num_classes: int | None) -> float | None:
-    """The model's own loss over every sample; None when it has none."""
-    loss = getattr(model, "loss", None)
-    if loss is None:
-        return None
-    function = loss if callable(loss) else keras.losses.get(loss)
-    wants_onehot = models.loss_wants_onehot(model)
-    targets = labels
-    if wants_onehot is True and kind is LabelKind.SPARSE and num_classes:
-        targets = np.eye(num_classes, dtype=np.float32)[label_classes(labels, kind)]
-    elif wants_onehot is False and kind is LabelKind.ONEHOT:
-        targets = labels.argmax(axis=-1)
-    if targets.ndim == outputs.ndim - 1 and outputs.shape[-1] == 1:
-        targets = targets[..., None]  # one unit per sample (a binary head): (N,) -> (N, 1)
-    values = keras.ops.convert_to_numpy(function(targets, outputs))
-    return float(np.mean(values))

@@ -118,17 +118,9 @@ def export_model(
 def _export_model(model: Any, out: Path, fmt: str, x: np.ndarray, card: ModelCard | None,
                   verify: bool, safe_mode: bool,
                   custom_objects_file: str | Path | None) -> ExportResult:
-    reference: list[np.ndarray] = []
-    if verify:
-        try:
-            reference = _predict(lambda b: model(b, training=False), x)
-        except Exception as e:  # wrong shape or dtype for this model
-            raise ExportError(
-                f"The verification sample (shape {x.shape}) does not fit the model: "
-                f"{type(e).__name__}: {e}"
-            ) from e
+    reference = _reference(model, x) if verify else []
     if card is not None and card.class_names and reference:
-        _check_classes_match(list(card.class_names), reference[0])
+        check_classes_match(list(card.class_names), reference[0])
 
     token = secrets.token_hex(4)
     if fmt == "savedmodel":
@@ -148,10 +140,8 @@ def _export_model(model: Any, out: Path, fmt: str, x: np.ndarray, card: ModelCar
                 classes_tmp.write_text(payload, encoding="utf-8")
         diff, seconds = math.nan, 0.0
         if verify:
-            started = time.monotonic()
-            reloaded = _run_verifier(fmt, tmp, x, safe_mode, custom_objects_file)
-            seconds = time.monotonic() - started
-            diff = _compare(reference, reloaded, out)
+            diff, seconds = check_reloaded(fmt, tmp, x, reference, out.name, safe_mode,
+                                           custom_objects_file)
         _put_in_place(tmp, out, fmt)
         classes_path = card_path(out, fmt) if card is not None else None
         if classes_tmp is not None and classes_path is not None:
@@ -165,6 +155,29 @@ def _export_model(model: Any, out: Path, fmt: str, x: np.ndarray, card: ModelCar
         if classes_tmp is not None:
             _remove(classes_tmp)
     return ExportResult(out, fmt, verify, diff, classes_path, seconds)
+
+
+def written_for_rehearsal(model: Any, path: Path, fmt: str, sample_x: np.ndarray
+                          ) -> tuple[np.ndarray, list[np.ndarray]]:
+    """`model` written at `path` as `fmt`, as an export writes it, with the sample as its
+    input dtype and the model's outputs on it: what `check_reloaded` compares against
+    (the rehearsal before epoch 1, engine/rehearsal.py)."""
+    x = _as_sample(model, sample_x)
+    with float32_policies(model):
+        reference = _reference(model, x)
+        _write(model, path, fmt)
+    return x, reference
+
+
+def check_reloaded(fmt: str, path: Path, x: np.ndarray, reference: list[np.ndarray],
+                   name: str, safe_mode: bool, custom_objects_file: str | Path | None,
+                   children: ChildProcesses | None = None) -> tuple[float, float]:
+    """The export at `path` reloaded in a fresh process and compared with `reference`:
+    (largest difference, seconds); an ExportError naming `name` when it differs or fails.
+    `children`: the caller's, to cancel the check."""
+    started = time.monotonic()
+    reloaded = _run_verifier(fmt, path, x, safe_mode, custom_objects_file, children)
+    return _compare(reference, reloaded, name), time.monotonic() - started
 
 
 def export_file(
@@ -257,7 +270,7 @@ def _through_file(path: Path) -> bool:
     return any(p.is_file() for p in path.parents)
 
 
-def _check_classes_match(names: list[str], first_output: np.ndarray) -> None:
+def check_classes_match(names: list[str], first_output: np.ndarray) -> None:
     width = first_output.shape[-1] if first_output.ndim > 1 else 1
     if width == len(names) or (width == 1 and len(names) == 2):  # 1 unit: sigmoid, 2 classes
         return
@@ -346,6 +359,14 @@ def _remove(path: Path) -> None:
 # -- verification ------------------------------------------------------------
 
 
+def _reference(model: Any, x: np.ndarray) -> list[np.ndarray]:
+    try:
+        return _predict(lambda b: model(b, training=False), x)
+    except Exception as e:  # wrong shape or dtype for this model
+        raise ExportError(f"The verification sample (shape {x.shape}) does not fit the "
+                          f"model: {type(e).__name__}: {e}") from e
+
+
 def _predict(call: Callable[[Any], Any], x: np.ndarray) -> list[np.ndarray]:
     """Run `call` over `x` in chunks; outputs flattened (tree order) and concatenated.
 
@@ -362,7 +383,8 @@ def _predict(call: Callable[[Any], Any], x: np.ndarray) -> list[np.ndarray]:
 
 
 def _run_verifier(fmt: str, path: Path, x: np.ndarray, safe_mode: bool,
-                  custom_objects_file: str | Path | None) -> list[np.ndarray]:
+                  custom_objects_file: str | Path | None,
+                  children: ChildProcesses | None = None) -> list[np.ndarray]:
     """Predictions of the export at `path`, reloaded in a fresh Python process."""
     with tempfile.TemporaryDirectory(prefix="mgpu-export-") as work:
         x_path, y_path = Path(work, "x.npy"), Path(work, "y.npz")
@@ -383,7 +405,7 @@ def _run_verifier(fmt: str, path: Path, x: np.ndarray, safe_mode: bool,
         env = {"CUDA_VISIBLE_DEVICES": "", "KERAS_BACKEND": backend, "JAX_PLATFORMS": "cpu",
                "PYTHONPATH": os.pathsep.join(
             p for p in (root, os.environ.get("PYTHONPATH")) if p)}
-        children = ChildProcesses("export-verifier-output")
+        children = children or ChildProcesses("export-verifier-output")
         timer = threading.Timer(VERIFY_TIMEOUT_S, children.cancel)
         timer.start()
         try:
@@ -415,24 +437,24 @@ def _verifier_event(message: dict[str, Any]) -> ExportReloaded | ExportFailed | 
     return event if isinstance(event, ExportReloaded | ExportFailed) else None
 
 
-def _compare(reference: list[np.ndarray], reloaded: list[np.ndarray], out: Path) -> float:
+def _compare(reference: list[np.ndarray], reloaded: list[np.ndarray], name: str) -> float:
     """Largest absolute difference; ExportError when any output disagrees beyond tolerance."""
     if len(reference) != len(reloaded):
         raise ExportError(
-            f"Verification failed for {out.name}: the reloaded model gives "
+            f"Verification failed for {name}: the reloaded model gives "
             f"{len(reloaded)} outputs, the trained one {len(reference)}. Nothing was saved."
         )
     worst = 0.0
     for i, (ref, got) in enumerate(zip(reference, reloaded, strict=True)):
         if ref.shape != got.shape:
             raise ExportError(
-                f"Verification failed for {out.name}: output {i} has shape {got.shape} "
+                f"Verification failed for {name}: output {i} has shape {got.shape} "
                 f"after reloading, {ref.shape} before. Nothing was saved."
             )
         ref64, got64 = ref.astype(np.float64), got.astype(np.float64)
         if not np.array_equal(np.isnan(ref64), np.isnan(got64)):
             raise ExportError(
-                f"Verification failed for {out.name}: output {i} has NaNs in different "
+                f"Verification failed for {name}: output {i} has NaNs in different "
                 "places after reloading. Nothing was saved."
             )
         finite = ~np.isnan(ref64)
@@ -444,7 +466,7 @@ def _compare(reference: list[np.ndarray], reloaded: list[np.ndarray], out: Path)
         scale = max(1.0, float(np.max(np.abs(ref64[finite]), initial=0.0)))
         if not diff <= TOLERANCE * scale:
             raise ExportError(
-                f"Verification failed for {out.name}: output {i} of the reloaded model differs "
+                f"Verification failed for {name}: output {i} of the reloaded model differs "
                 f"by up to {diff:.3g} (allowed {TOLERANCE * scale:.3g}). Nothing was saved."
             )
         worst = max(worst, diff)

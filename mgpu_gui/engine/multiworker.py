@@ -206,6 +206,8 @@ def _lost_message(spec: ClusterSpec, run_dir: RunDir, error: BaseException) -> s
 class ClusterLoop:
     """`fit` and `evaluate` as custom distributed steps; see the module's docstring."""
 
+    evaluates_alone = False  # every worker's evaluation takes part in the collectives
+
     def __init__(self, strategy: Any, spec: ClusterSpec, *, requested: threading.Event,
                  agreed: threading.Event):
         self.strategy = strategy

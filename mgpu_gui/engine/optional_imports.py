@@ -8,8 +8,9 @@ TFLite converter's `jit` of JAX functions (`tensorflow/lite/python/util.py`:
 (`keras/src/callbacks/orbax_checkpoint.py`), Keras's scikit-learn estimator wrappers
 (`keras/src/wrappers/`) and TensorFlow's own Keras 2 for sparse inputs
 (`tensorflow/python/keras/engine/`). Measured on two cores: JAX 0.44-0.64 s,
-scikit-learn 0.51 s and SciPy 0.13 s of CPU in every child that starts TensorFlow (the worker, each export check, probe
-and evaluation), where TensorFlow itself takes about 2.6 s; each import already falls
+scikit-learn 0.51 s and SciPy 0.13 s of CPU in every child that starts TensorFlow (the
+worker, each export check, probe and evaluation), where TensorFlow itself takes about
+2.6 s; each import already falls
 back quietly where the package is missing. So those importers are refused those
 packages, the Orbax callback only off the JAX backend (on it, JAX is imported already and
 no finder is asked). Anyone else's import goes through: a JAX run, the doctor's JAX

@@ -41,6 +41,7 @@ from mgpu_gui.engine.data_source import (
     Split,
     check_one_batch,
     read_data,
+    relabeled,
     size,
     take,
 )
@@ -76,15 +77,6 @@ class ImageReader:
 
     def read(self, paths: np.ndarray) -> np.ndarray:
         return self.finish(np.stack([self.pixels(p) for p in paths]))
-
-
-def relabeled(y: np.ndarray, mapping: LabelMap | None, num_classes: int | None) -> np.ndarray:
-    """Labels in the form the loss takes (`models.label_mapper`), as tf.data's map makes them."""
-    if mapping is LabelMap.TO_ONEHOT:
-        return np.eye(num_classes, dtype=np.float32)[y.reshape(len(y), -1)[:, 0].astype(np.intp)]
-    if mapping is LabelMap.TO_IDS:
-        return np.argmax(y, axis=-1)
-    return y
 
 
 class SplitBatches(keras.utils.PyDataset):

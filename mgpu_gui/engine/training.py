@@ -59,6 +59,7 @@ from mgpu_gui.engine.export import export_model
 from mgpu_gui.engine.failures import NonFiniteLossError, Stage, Where, explain_failure
 from mgpu_gui.engine.input_wait import InputWaitMeter, TimeInputWait
 from mgpu_gui.engine.legacy_compile import describe_loss
+from mgpu_gui.engine.rehearsal import Rehearsal
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -89,6 +90,7 @@ class FitLoop:
     """
 
     chief = True  # writes the run's files; other workers write to a temporary folder
+    evaluates_alone = True  # a cluster's evaluation is collective: no rehearsal of it
 
     def devices(self, strategy: tf.distribute.Strategy) -> list[str]:
         return list(strategy.extended.worker_devices)
@@ -131,19 +133,23 @@ def run_training(
     failures.py); any other exception is the caller's to report.
     """
     where = Where(config, run_dir, plan, strategy.num_replicas_in_sync)
+    rehearsal = Rehearsal(run_dir.path)
     try:
         return _run(config, run_dir, plan, strategy, cross_device_ops, sink, stop, where,
-                    loop or FitLoop(), extra_callbacks)
+                    loop or FitLoop(), extra_callbacks, rehearsal)
     except Exception as error:
         explained = explain_failure(error, where)
         if explained is error:
             raise
         raise explained from error
+    finally:
+        rehearsal.close()
 
 
 def _run(config: RunConfig, run_dir: RunDir, plan: DevicePlan, strategy: tf.distribute.Strategy,
          cross_device_ops: str, sink: EventSink, stop: threading.Event, where: Where,
-         loop: FitLoop, extra_callbacks: Sequence[keras.callbacks.Callback]) -> RunStatus:
+         loop: FitLoop, extra_callbacks: Sequence[keras.callbacks.Callback],
+         rehearsal: Rehearsal) -> RunStatus:
     def log(message: str, level: str = "info") -> None:
         sink.emit(LogMessage(message=message, level=level))
 
@@ -156,6 +162,8 @@ def _run(config: RunConfig, run_dir: RunDir, plan: DevicePlan, strategy: tf.dist
     # A .py builder's (or the demo's) size was unknown to the preflight.
     ckpt.check_free_space(run_dir.path.parent, ckpt.space_needed(
         int(model.count_params()) * 4 * ckpt.ADAM_FACTOR, len(config.export_formats)))
+    rehearsal.run(config, model, prepared, strategy.num_replicas_in_sync,
+                  evaluate=loop.evaluates_alone, exports=loop.chief, log=log)
     replicas = strategy.num_replicas_in_sync
     steps = batching.steps(prepared.train_samples, setup.global_batch)
     dropped = batching.dropped_per_epoch(prepared.train_samples, setup.global_batch)
@@ -202,6 +210,7 @@ def _run(config: RunConfig, run_dir: RunDir, plan: DevicePlan, strategy: tf.dist
                                                   setup.global_batch, initial_epoch, warmup,
                                                   stage)
             stopped = _StoppedEnd(config, sink, stop, tracker, events, initial_epoch, log)
+            callbacks.insert(0, rehearsal.callback())
             callbacks.extend([*setup.callbacks, *extra_callbacks, AtTrainEnd(stopped)])
             where.stage, where.steps, where.tracker, where.checkpoints = (
                 Stage.TRAINING, steps, tracker, saver)

@@ -38,7 +38,7 @@ from mgpu_gui.core.config import DeviceKind
 from mgpu_gui.core.devices.nvml import FAKE_GPUS_VAR
 from mgpu_gui.core.devices.plan import DevicePlan
 from mgpu_gui.core.engines import CLUSTER_REFUSAL, Engine, InputPipeline
-from mgpu_gui.core.errors import ConfigError, ExportError, UserError
+from mgpu_gui.core.errors import ConfigError, ExportError, RehearsalError, UserError
 from mgpu_gui.core.events import (
     EpochEnd,
     Event,
@@ -163,7 +163,7 @@ def run_job(run_dir: RunDir, plan: DevicePlan, strategy, cross_device_ops: str,
 
 def failure_event(error: BaseException, started: bool) -> RunFailed:
     phase = Phase.EXPORT if isinstance(error, ExportError) else (
-        Phase.TRAINING if started else Phase.SETUP)
+        Phase.TRAINING if started and not isinstance(error, RehearsalError) else Phase.SETUP)
     if isinstance(error, UserError):
         message = str(error)
     else:

@@ -1,0 +1,115 @@
+"""The life cycle rehearsed before epoch 1 (engine/rehearsal.py, issue 29): what would fail
+at a run's end fails at its start, named, and leaves no run folder and no row, as a
+setup refusal does. Each test is one tiny CLI run on one CPU replica."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import numpy as np
+import pytest
+
+from mgpu_gui.cli import main as cli
+from mgpu_gui.core.runs.store import RunStore
+
+pytestmark = pytest.mark.slow
+
+AUGMENTING = """
+    import keras
+
+    def build_model(input_shape, num_classes):
+        return keras.Sequential([
+            keras.Input(input_shape), keras.layers.RandomFlip(),
+            keras.layers.RandomRotation(0.2), keras.layers.Flatten(),
+            keras.layers.Dense(num_classes, activation="softmax")])
+"""
+
+
+def train(tmp_path, capsys, model: str, *flags: str, shape=(8, 8, 3)):
+    """(exit code, JSON events, stderr) of a 1-epoch run of the `.py` `model` on 32 samples."""
+    path = tmp_path / "model.py"
+    path.write_text(textwrap.dedent(model))
+    rng = np.random.default_rng(0)
+    data = tmp_path / "data.npz"
+    np.savez(data, x_train=rng.random((32, *shape), dtype=np.float32),
+             y_train=rng.integers(0, 3, 32))
+    code = cli.main(["train", "--model", str(path), "--data", str(data), "--epochs", "1",
+                     "--batch-per-replica", "8", "--cpu", "--replicas", "1", "--json",
+                     "-o", str(tmp_path / "runs"), *flags])
+    out, err = capsys.readouterr()
+    return code, [json.loads(line) for line in out.splitlines() if line.startswith("{")], err
+
+
+def assert_left_nothing(tmp_path):
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+    assert RunStore().runs() == []
+
+
+def test_an_export_that_would_not_reload_refuses_the_run_in_its_first_epoch(tmp_path, capsys):
+    """Issue 29, finding 4: the SavedModel of a model with random augmentation layers
+    inside differs from Keras' (0.3 here). Found while the first epoch ran, not after the
+    last one: exit 2 naming the format, the layers and `--export`; nothing left behind."""
+    code, events, err = train(tmp_path, capsys, AUGMENTING, "--export", "keras,savedmodel")
+    assert code == 2, err
+    assert events[-1]["type"] == "run_failed" and events[-1]["phase"] == "setup"
+    message = events[-1]["message"]
+    assert message.startswith("Rehearsal before epoch 1: the savedmodel export of the "
+                              "untrained model fails its check"), message
+    assert "RandomFlip and RandomRotation inside the model" in message
+    assert "Drop savedmodel from the export formats (--export)" in message
+    assert not events[-1]["resumable"] and "resume" not in err
+    assert not [e for e in events if e["type"] == "epoch_end"]
+    assert_left_nothing(tmp_path)
+
+
+def test_a_format_that_fails_only_once_trained_is_named_and_the_run_completes(tmp_path,
+                                                                              capsys):
+    """What the rehearsal cannot see (zero weights hide the augmentation's difference
+    until training moves them) is still no failed run: the other formats are made, the
+    one that was not is named, exit 3 (`train --help`), no resume offered. The log says
+    what was rehearsed, and the rehearsal's scratch folder is gone."""
+    zero_dense = AUGMENTING.replace('activation="softmax")',
+                                    'activation="softmax", kernel_initializer="zeros")')
+    code, events, err = train(tmp_path, capsys, zero_dense, "--export", "keras,savedmodel")
+    made = {e["format"] for e in events if e["type"] == "model_exported"}
+    missing = [e for e in events if e["type"] == "export_not_made"]
+    assert events[-1]["type"] == "run_finished" and events[-1]["status"] == "completed", err
+    assert made == {"keras"}, (made, missing)
+    assert [e["format"] for e in missing] == ["savedmodel"]
+    assert code == 3, err
+    assert "Not exported as savedmodel: " in err and "resume" not in err
+    said = [e["message"] for e in events if e["type"] == "log"
+            and e["message"].startswith("Rehearsed before epoch 1")]
+    assert len(said) == 1, said
+    assert "loss " in said[0] and "the evaluation reads it as exclusive classes" in said[0]
+    assert "the keras and savedmodel exports of the untrained model" in said[0]
+    [run] = (tmp_path / "runs").iterdir()
+    assert not (run / ".rehearsal").exists()
+
+
+def test_a_loss_that_cannot_take_the_labels_is_refused_before_the_run_exists(tmp_path,
+                                                                             capsys):
+    """A builder's own loss the app cannot classify (so its labels are not converted) that
+    wants one-hot labels: it failed at the first step, after the folder and the row
+    existed, blaming the model's code (finding 13's kind). Now the loss on one batch
+    fails in setup, named."""
+    code, events, err = train(tmp_path, capsys, """
+        import keras
+
+        def strict_loss(y_true, y_pred):
+            return keras.losses.categorical_crossentropy(y_true, y_pred)
+
+        def build_model(input_shape, num_classes):
+            model = keras.Sequential([keras.Input(input_shape), keras.layers.Flatten(),
+                                      keras.layers.Dense(num_classes, activation="softmax")])
+            model.compile(optimizer="adam", loss=strict_loss)
+            return model
+    """, "--export", "keras")
+    assert code == 2, err
+    message = events[-1]["message"]
+    assert message.startswith("Rehearsal before epoch 1 failed at the loss and metrics on "
+                              "one batch of "), message
+    assert "check the labels against the model's loss" in message
+    assert not [e for e in events if e["type"] == "run_started"]
+    assert_left_nothing(tmp_path)
