@@ -3,6 +3,8 @@
 In one run, on the demo (its data and model, 2 CPU replicas by default):
   A. a 10-epoch demo run through `mgpu-train train`, as users run it: its wall time
      from the command to its end, and from `RunStarted` to the end of epoch 1;
+  C. the same run with `--export none`: no export checks beside its first epoch (and
+     none at its end), the baseline of the first epoch's time;
   B. in a process of its own set up as the worker sets itself up (plan, strategy,
      `training.prepare`), the rehearsal's in-process part (loss and metrics on one
      batch, the heads, the exports written): what it adds before epoch 1. Then its
@@ -53,11 +55,11 @@ print(json.dumps({"in_process": ran - started, "background": waited - ran}))
 """
 
 
-def whole_run(out: Path, args) -> dict[str, float]:
+def whole_run(out: Path, args, export: str) -> dict[str, float]:
     started = time.monotonic()
     subprocess.run([sys.executable, "-m", "mgpu_gui.cli.main", "train", "--model", "demo",
                     "--cpu", "--replicas", str(args.replicas), "--epochs", str(args.epochs),
-                    "--export", args.export, "-o", str(out), "--quiet"],
+                    "--export", export, "-o", str(out), "--quiet"],
                    check=True, stdout=subprocess.DEVNULL)
     wall = time.monotonic() - started
     run = max(out.iterdir(), key=lambda p: p.stat().st_mtime)
@@ -89,23 +91,29 @@ def main() -> int:
     parser.add_argument("--export", default="keras")
     args = parser.parse_args()
     os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
-    runs, parts = [], []
+    runs, bare, parts = [], [], []
     with tempfile.TemporaryDirectory(prefix="mgpu-bench-rehearsal-") as root:
         os.environ["MGPU_GUI_STORE"] = str(Path(root, "store.sqlite3"))
         for i in range(args.repeats):
-            runs.append(whole_run(Path(root, "runs"), args))
+            runs.append(whole_run(Path(root, "runs"), args, args.export))
+            bare.append(whole_run(Path(root, "runs"), args, "none"))
             parts.append(rehearsal_alone(Path(root, f"alone{i}"), args))
     wall = statistics.median(r["wall"] for r in runs)
     epoch_1 = statistics.median(r["epoch_1"] for r in runs)
+    bare_wall = statistics.median(r["wall"] for r in bare)
+    bare_epoch_1 = statistics.median(r["epoch_1"] for r in bare)
     before = statistics.median(p["in_process"] for p in parts)
     beside = statistics.median(p["background"] for p in parts)
     print(f"demo, {args.epochs} epochs on {args.replicas} CPU replicas, export {args.export}, "
           f"{args.repeats} repeats (medians)")
     print(f"  A. whole run (mgpu-train train):           {wall:7.2f} s")
     print(f"     its first epoch (RunStarted to its end): {epoch_1:7.2f} s")
+    print(f"  C. the same, --export none:                {bare_wall:7.2f} s")
+    print(f"     its first epoch:                         {bare_epoch_1:7.2f} s")
     print(f"  B. rehearsal before epoch 1 (in process):  {before:7.2f} s  (target <= 3 s)")
     print(f"     export checks beside epoch 1:           {beside:7.2f} s")
     print(f"  ratio B (before epoch 1) / A:              {before / wall:7.3f}")
+    print(f"  ratio first epoch A / C (checks beside):   {epoch_1 / bare_epoch_1:7.3f}")
     return 0
 
 
