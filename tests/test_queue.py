@@ -307,7 +307,8 @@ def test_train_on_a_held_gpu_offers_the_queue_and_a_busy_gpu_needs_confirmation(
                         lambda parent, error: asked.append(error.reason) or False)
     win = MainWindow(telemetry=TelemetrySource(inventory=query_inventory()))
     qtbot.addWidget(win)
-    win.run_setup.set_config(RunConfig(epochs=1, output_dir=str(tmp_path / "runs")))
+    win.run_setup.set_config(RunConfig(epochs=1, output_dir=str(tmp_path / "runs"),
+                                       export_formats=()))
     qtbot.waitUntil(lambda: win.gpu_panel.inventory is not None, timeout=10_000)
     holder = prepare_run(RunConfig(output_dir=str(tmp_path / "runs"),
                                    devices=DeviceSelection(gpus=("0",))), FOUR, win.store)
@@ -339,7 +340,8 @@ def test_cancelling_a_started_job_stops_its_run_resumably(fake_four, tiny_data, 
                                                           capsys, stop_runner):
     model, data = tiny_data
     assert cli.main(["queue", "add", "--gpus", "1", "--model", str(model), "--data", str(data),
-                     "--epochs", "50", "--batch", "8", "-o", str(tmp_path / "runs")]) == 0
+                     "--epochs", "50", "--batch", "8", "--export", "none",
+                     "-o", str(tmp_path / "runs")]) == 0
     store = RunStore()
     queue = JobQueue(store)
     wait_for(lambda: queue.get(1).run_id is not None and store.get(

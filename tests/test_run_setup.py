@@ -193,6 +193,17 @@ def test_valid_demo_config_round_trips(panel, qtbot, tmp_path):
     assert panel.width_spin.value() == 40 and panel.height_spin.value() == 48
 
 
+def test_settings_the_form_has_no_field_for_come_back_whole(panel):
+    """A past run's settings shown in the form (Use these settings, a loaded file): its
+    export formats, metrics, custom objects, seed and TensorBoard were dropped to the
+    defaults by the next Train; now only what the form shows is taken from the form."""
+    past = RunConfig(export_formats=("h5", "savedmodel"), metrics=("mae",), seed=7,
+                     custom_objects="/lab/objects.py", tensorboard=True, epochs=3)
+    panel.set_config(past)
+    panel.epochs_spin.setValue(5)
+    assert panel.build_config() == past.replace(epochs=5)
+
+
 def test_speed_options_round_trip_and_their_hints_follow_live(panel):
     wanted = RunConfig(precision="mixed_bfloat16", jit_compile=True, learning_rate=1e-3,
                        lr_scaling=LRScalingConfig(enabled=True, warmup_epochs=3))

@@ -105,7 +105,8 @@ def test_cli_sweep_start_wait_completes_two_runs_and_prints_the_best(base, capsy
     # The demo's ConvNet took 44 s for this; a linear model on 400 samples trains the same
     # path in a fraction of it.
     code = cli.main(["sweep", "start", "--lr", "1e-3,3e-3", "--epochs", "2", "--wait",
-                     "--model", base.model, "--data", base.data, "-o", base.output_dir])
+                     "--model", base.model, "--data", base.data, "-o", base.output_dir,
+                     "--export", "none"])
     out = capsys.readouterr().out
     assert code == 0, out
     assert out.startswith("2 trials x 2 epochs = 4 epochs; no earlier run of linear.py on "

@@ -33,8 +33,10 @@ pytestmark = pytest.mark.slow
 
 
 def long_demo(tmp_path, **changes) -> RunConfig:
+    # No export: a run stopped or killed makes none, and its rehearsal is a TensorFlow start.
     return RunConfig(epochs=200, output_dir=str(tmp_path), batch_per_replica=16,
-                     devices=DeviceSelection(kind=DeviceKind.CPU, replicas=2)).replace(**changes)
+                     devices=DeviceSelection(kind=DeviceKind.CPU, replicas=2),
+                     export_formats=()).replace(**changes)
 
 
 def test_stop_request_ends_at_a_batch_boundary(tmp_path):

@@ -37,6 +37,7 @@ from mgpu_gui.core.events import (
     RunStatus,
 )
 from mgpu_gui.core.lr_schedule import LinearScaling, format_lr
+from mgpu_gui.core.modelfiles.card import ModelCard
 from mgpu_gui.core.modelfiles.compile_facts import CompileSource
 from mgpu_gui.core.runs import checkpoints as ckpt
 from mgpu_gui.core.runs.folder import RunDir
@@ -164,6 +165,9 @@ def _run(config: RunConfig, run_dir: RunDir, plan: DevicePlan, strategy: tf.dist
         int(model.count_params()) * 4 * ckpt.ADAM_FACTOR, len(config.export_formats)))
     rehearsal.run(config, model, prepared, strategy.num_replicas_in_sync,
                   evaluate=loop.evaluates_alone, exports=loop.chief, log=log)
+    if loop.chief:
+        run_dir.write_checkpoint_cards(ModelCard(tuple(prepared.class_names),
+                                                 input_record(config, prepared)))
     replicas = strategy.num_replicas_in_sync
     steps = batching.steps(prepared.train_samples, setup.global_batch)
     dropped = batching.dropped_per_epoch(prepared.train_samples, setup.global_batch)

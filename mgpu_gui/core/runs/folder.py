@@ -24,6 +24,7 @@ from mgpu_gui.core.events import (
     RunStatus,
     parse_event,
 )
+from mgpu_gui.core.modelfiles.card import ModelCard, card_path
 from mgpu_gui.core.runs.checkpoints import read_backup
 
 EXPORT_NAMES = {"keras": "model.keras", "h5": "model.h5", "savedmodel": "model_savedmodel"}
@@ -124,6 +125,14 @@ class RunDir:
 
     def export_path(self, fmt: str) -> Path:
         return self.path / EXPORT_NAMES[fmt]
+
+    def write_checkpoint_cards(self, card: ModelCard) -> None:
+        """The run's card beside its checkpoints, so that a model exported from one later
+        (a run stopped before its export, the window's Export) keeps its class names and
+        how its inputs were prepared."""
+        self.checkpoints.mkdir(parents=True, exist_ok=True)
+        for checkpoint in (self.last_checkpoint, self.best_checkpoint):
+            card_path(checkpoint, "keras").write_text(card.to_json(), encoding="utf-8")
 
     def trained_model(self) -> Path | None:
         """The model a run stands for: its verified export, else its last complete epoch."""

@@ -52,18 +52,21 @@ class RunSetupForm(RunSetupLayout):
         self._loading = False
         # The boxes the JAX engine decides (XLA, sync BN) -> the user's (checked, tooltip).
         self._held: dict[QCheckBox, tuple[bool, str]] = {}
+        self._shown = RunConfig()  # the last config set: its fields this form has no widget for
         self.set_config(RunConfig())  # signals are connected below: no `edited` yet
         self._update_data_widgets()
         self._connect()
 
     def build_config(self, devices: DeviceSelection | None = None) -> RunConfig:
-        """The RunConfig these widgets describe (not validated)."""
+        """The RunConfig these widgets describe (not validated); the settings the form has
+        no widget for (export formats, metrics, custom objects, …) are those of the config
+        last set, so a past run's settings come back whole."""
         kind = self.data_kind.currentData()
         data = DEMO if kind == "demo" else (self.data_edit.text().strip() or DEMO)
         model = self.model_edit.text().strip() or DEMO
         arch = architecture(model)
         engine = self.engine_combo.engine()
-        return RunConfig(
+        return self._shown.replace(
             model=model,
             # An architecture without ImageNet weights trains from scratch: its default.
             pretrained=(self.pretrained_combo.currentText().strip() or None)
@@ -101,6 +104,7 @@ class RunSetupForm(RunSetupLayout):
 
     def set_config(self, config: RunConfig) -> None:
         """Show `config` in the widgets (the fields this panel has)."""
+        self._shown = config
         with self._quiet():
             self._hold_for_engine(False, restore=False)  # the boxes take the config's values
             self.model_edit.setText(config.model)
