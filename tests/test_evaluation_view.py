@@ -235,9 +235,9 @@ def test_the_run_menu_evaluates_the_chosen_model_file_on_the_chosen_data(
     qtbot.waitUntil(lambda: not scratch.exists())
 
 
-def test_a_finished_run_opens_in_the_evaluation_view_when_the_switch_is_on(qtbot, window,
-                                                                          tmp_path):
-    from PySide6.QtCore import QSettings
+def test_a_finished_run_offers_its_evaluation_view_or_opens_it_when_the_switch_is_on(
+        qtbot, window, tmp_path):
+    from PySide6.QtCore import QSettings, Qt
 
     from mgpu_gui.core.children.supervisor import RunOutcome
     from mgpu_gui.core.events import RunStarted, RunStatus
@@ -261,7 +261,22 @@ def test_a_finished_run_opens_in_the_evaluation_view_when_the_switch_is_on(qtbot
         window.controller.finished.emit(RunOutcome(status, "", events=[begun]))
         return [d for d in window.runs_panel._dialogs if isinstance(d, EvaluationDialog)]
 
-    assert finish(RunStatus.COMPLETED, 40) == []  # the tests' default: off
+    # Off (the default, issue 30 item 5): no window over the curves; the run's notice
+    # offers the view, and its button opens it.
+    assert finish(RunStatus.COMPLETED, 40) == []
+    notice, toast = window.notifier.last, window.notifier.toast
+    assert notice.title == "Run completed" and notice.action == "View evaluation"
+    assert toast.button.isVisible() and toast.button.text() == "View evaluation"
+    assert not toast.testAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
+    qtbot.mouseClick(toast.button, Qt.MouseButton.LeftButton)
+    [offered] = [d for d in window.runs_panel._dialogs if isinstance(d, EvaluationDialog)]
+    assert offered.subject.run_id == record.id and not toast.isVisible()
+    qtbot.waitUntil(lambda: offered.loaded is not None, timeout=15_000)
+    offered.close()
+    qtbot.waitUntil(lambda: offered not in window.runs_panel._dialogs)  # deleted on close
+    assert finish(RunStatus.STOPPED, 40) == [] and window.notifier.last.action == ""
+    assert not toast.button.isVisible()
+    assert toast.testAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
     window.evaluate_finished_action.setChecked(True)
     assert QSettings().value(EVALUATE_FINISHED_KEY, type=bool) is True  # remembered
     assert finish(RunStatus.STOPPED, 40) == [] and finish(RunStatus.COMPLETED, 0) == []

@@ -26,6 +26,8 @@ toolbar in window_actions.py. The window follows the system's light or dark sche
 
 from __future__ import annotations
 
+import dataclasses
+
 from PySide6.QtCore import QByteArray, QEvent, QObject, QSettings, QSize, Qt
 from PySide6.QtGui import QCloseEvent
 from PySide6.QtWidgets import (
@@ -311,8 +313,13 @@ class MainWindow(WindowActions, ToolDialogs, SweepActions, RunHistory, ExportAct
         if outcome.status is RunStatus.FAILED and not any(
                 isinstance(e, RunFailed) for e in outcome.events):
             self.banner.show_error(outcome.message)  # the worker died without a word
-        self.notifier.notify(outcome_notice(self.last_run, outcome))
-        self.evaluate_finished_run(outcome)
+        notice, evaluation = outcome_notice(self.last_run, outcome), (
+            self.evaluation_of_finished_run(outcome))
+        if evaluation is not None and self.evaluate_finished_action.isChecked():
+            evaluation()  # the Run menu's switch: opened at once
+        elif evaluation is not None:
+            notice = dataclasses.replace(notice, action="View evaluation")
+        self.notifier.notify(notice, evaluation)
         if self.last_run is not None and not self.last_run.path.exists():
             self.last_run = None  # a run refused during setup leaves no folder
         self._update_actions()

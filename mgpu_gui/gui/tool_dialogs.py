@@ -137,27 +137,29 @@ class ToolDialogs:
         """The Run menu's switch: a completed run opens in the Evaluation view (remembered)."""
         act = QAction("Evaluate each &finished run", self)
         act.setCheckable(True)
-        act.setChecked(QSettings().value(EVALUATE_FINISHED_KEY, True, type=bool))
-        act.setStatusTip("When a run completes, open its Evaluation view: every test (else "
-                         "validation) sample is predicted in a background process")
+        # Off by default: a window over the curves after every run hid the "Run completed"
+        # notice, which offers "View evaluation" instead.
+        act.setChecked(QSettings().value(EVALUATE_FINISHED_KEY, False, type=bool))
+        act.setStatusTip("When a run completes, open its Evaluation view at once: every test "
+                         "(else validation) sample is predicted in a background process. "
+                         "Off: the run's notice offers View evaluation")
         act.toggled.connect(lambda on: QSettings().setValue(EVALUATE_FINISHED_KEY, on))
         self.evaluate_finished_action = act
         return act
 
-    def evaluate_finished_run(self, outcome: RunOutcome) -> EvaluationDialog | None:
-        """The window's run has ended: a completed one with held-out samples opens in the
-        Evaluation view, as the Run menu's switch says."""
-        if (not self.evaluate_finished_action.isChecked() or self.last_run is None
+    def evaluation_of_finished_run(self, outcome: RunOutcome
+                                   ) -> Callable[[], EvaluationDialog | None] | None:
+        """How to open the Evaluation view of the window's run that has ended: a completed
+        one with held-out samples; None for any other."""
+        if (self.last_run is None or self.store is None
                 or outcome.status not in (RunStatus.COMPLETED, RunStatus.EARLY_STOPPED)):
             return None
         started = next((e for e in outcome.events if isinstance(e, RunStarted)), None)
         if started is None or not (started.val_samples or started.test_samples):
             return None  # nothing held out to judge the model by
-        if self.store is None:
-            return None
         # One row found by its unique folder: cheap, and newer than the table's rows.
         record = self.store.find_dir(self.last_run.path)
-        return None if record is None else self.runs_panel.evaluate_run(record)
+        return None if record is None else lambda: self.runs_panel.evaluate_run(record)
 
     def _current_config(self) -> RunConfig:
         return self.run_setup.build_config(self.gpu_panel.device_selection())

@@ -4,13 +4,15 @@ Every source (an export, a queued run starting, a run ending) hands a `Notice` t
 the window's one `Notifier`, which says it in the status bar and in a toast over
 the plots' lower right corner (the window's, when the plots are dragged away) that
 fades after a few seconds. The toast takes neither focus nor clicks (they reach
-what lies under it), and it sits far from the toolbar, so it never covers Train.
+what lies under it), and it sits far from the toolbar, so it never covers Train; one
+that offers an action (View evaluation) takes the clicks on its button, and stays longer.
 Other sinks listen to `Notifier.noticed` and hear the same notices: desktop
 notifications (gui/desktop_notify.py) take those marked `alert`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -32,6 +34,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QMainWindow,
     QMessageBox,
+    QPushButton,
     QVBoxLayout,
     QWidget,
 )
@@ -59,6 +62,7 @@ class Notice:
     title: str
     text: str = ""
     alert: bool = False  # a run's end: also said on the desktop while the window is behind
+    action: str = ""  # the label of the toast's one button; its callback goes to `notify`
 
     @property
     def line(self) -> str:
@@ -90,11 +94,16 @@ class Toast(QFrame):
         self.title = QLabel()
         self.title.setStyleSheet("font-weight: bold;")
         self.text = QLabel(wordWrap=True)
+        self.button = QPushButton()
+        self.button.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        self.button.clicked.connect(self._act)
+        self._on_action: Callable[[], object] | None = None
         layout = QVBoxLayout(self)
         layout.setContentsMargins(10, 6, 10, 8)
         layout.setSpacing(2)
         layout.addWidget(self.title)
         layout.addWidget(self.text)
+        layout.addWidget(self.button, 0, Qt.AlignmentFlag.AlignRight)
         self.kind = NoticeKind.INFO
         self._opacity = QGraphicsOpacityEffect(self)
         self.setGraphicsEffect(self._opacity)
@@ -113,9 +122,16 @@ class Toast(QFrame):
                 watched.installEventFilter(self)
         self.hide()
 
-    def show_notice(self, notice: Notice) -> None:
-        """Show `notice` (replacing the one shown) and start its fade."""
+    def show_notice(self, notice: Notice, on_action: Callable[[], object] | None = None
+                    ) -> None:
+        """Show `notice` (replacing the one shown) and start its fade; its button, when it
+        offers an action, calls `on_action` and dismisses it."""
         self._life.stop()
+        acts = bool(notice.action) and on_action is not None
+        self._on_action = on_action if acts else None
+        self.button.setText(notice.action)
+        self.button.setVisible(acts)
+        self.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents, not acts)
         self.kind = notice.kind
         self.setStyleSheet(
             f"#toast {{ background: palette(base); border: 1px solid palette(mid); "
@@ -127,7 +143,8 @@ class Toast(QFrame):
         self.text.setVisible(bool(notice.text))
         self.setAccessibleDescription(notice.line)
         self._opacity.setOpacity(1.0)
-        self._pause.setDuration(FAILED_SHOW_MS if notice.kind is NoticeKind.FAILED else SHOW_MS)
+        self._pause.setDuration(FAILED_SHOW_MS if notice.kind is NoticeKind.FAILED or acts
+                                else SHOW_MS)
         self.adjustSize()
         self._place()
         self.show()
@@ -137,6 +154,12 @@ class Toast(QFrame):
     def dismiss(self) -> None:
         self._life.stop()
         self.hide()
+
+    def _act(self) -> None:
+        act, self._on_action = self._on_action, None
+        self.dismiss()
+        if act is not None:
+            act()
 
     def is_fading(self) -> bool:
         return self._life.state() is QSequentialAnimationGroup.State.Running
@@ -168,10 +191,10 @@ class Notifier(QObject):
         self.toast = Toast(window, anchor)
         self.last: Notice | None = None
 
-    def notify(self, notice: Notice) -> None:
+    def notify(self, notice: Notice, on_action: Callable[[], object] | None = None) -> None:
         self.last = notice
         self.host.statusBar().showMessage(notice.line)
-        self.toast.show_notice(notice)
+        self.toast.show_notice(notice, on_action)
         self.noticed.emit(notice)
 
     def withdraw(self, notice: Notice) -> None:
