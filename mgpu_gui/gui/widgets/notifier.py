@@ -95,6 +95,7 @@ class Toast(QFrame):
         self.title.setStyleSheet("font-weight: bold;")
         self.text = QLabel(wordWrap=True)
         self.button = QPushButton()
+        self.button.setAccessibleName("The notice's action")
         self.button.setFocusPolicy(Qt.FocusPolicy.NoFocus)
         self.button.clicked.connect(self._act)
         self._on_action: Callable[[], object] | None = None
