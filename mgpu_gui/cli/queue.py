@@ -19,6 +19,7 @@ from mgpu_gui.cli.common import (
     open_store,
 )
 from mgpu_gui.core.children.queue_runner import ensure_runner
+from mgpu_gui.core.children.supervisor import check_inputs
 from mgpu_gui.core.devices.nvml import query_inventory
 from mgpu_gui.core.runs.queue import (
     JobQueue,
@@ -59,8 +60,9 @@ def run(args: argparse.Namespace) -> int:
     queue = JobQueue(store)
     command = args.queue_command
     if command == "add":
-        config = config_from_args(args)
-        job = queue.add(config, query_inventory(), allow_busy=args.allow_busy)
+        config, inventory = config_from_args(args), query_inventory()
+        check_inputs(config, inventory)  # refused now, as `train` refuses it
+        job = queue.add(config, inventory, allow_busy=args.allow_busy)
         ensure_runner(store.path)
         if args.json:
             print(json.dumps(job_json(job, queue)))

@@ -25,7 +25,9 @@ from mgpu_gui.cli.common import (
 )
 from mgpu_gui.core.children.inspector import file_inspector
 from mgpu_gui.core.children.queue_runner import ensure_runner
+from mgpu_gui.core.children.supervisor import check_inputs
 from mgpu_gui.core.config import RunConfig, is_model_file
+from mgpu_gui.core.devices.nvml import query_inventory
 from mgpu_gui.core.errors import ConfigError
 from mgpu_gui.core.runs.compare import setting_text
 from mgpu_gui.core.runs.store import RunStore
@@ -157,6 +159,9 @@ def _start(store: RunStore, args: argparse.Namespace) -> int:
         metric=args.metric, median_stop=args.median_stop, grace=args.grace)
     compiled = _compiled(spec)
     spec.check(compiled_model=compiled)
+    # The model and data once, as `train` checks them (each trial's own settings, such as
+    # a swept batch size, when it starts).
+    check_inputs(base, query_inventory())
     print(sweep_estimate(store, spec).text)
     name = base.run_name or Path(base.model).stem or "sweep"
     sweep_id = start_sweep(store, spec, name, allow_busy=args.allow_busy,

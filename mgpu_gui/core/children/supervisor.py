@@ -127,6 +127,17 @@ def prepare_run(config: RunConfig, inventory: GpuInventory | None = None,
     return PreparedRun(config=config, plan=plan, run_dir=run_dir, lock=lock, run_id=run_id)
 
 
+def check_inputs(config: RunConfig, inventory: GpuInventory) -> None:
+    """The model and data checked as `prepare_run` checks them, for a run that starts later
+    (a queued job, a sweep's trials): refused before it is queued, as `train` refuses it,
+    not when it starts. Its devices count as free here (claimed when it starts), and its
+    output disk is checked then."""
+    config.check()
+    config = config.with_absolute_paths()
+    preflight.check(config, plan_devices(config.devices, inventory).replicas,
+                    file_inspector(), disk=False)
+
+
 def _plan(config: RunConfig, inventory: GpuInventory, store: RunStore | None,
           allow_busy: bool) -> DevicePlan:
     """The devices to use: with a store, only those no other live run holds."""
