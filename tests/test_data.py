@@ -402,3 +402,27 @@ def test_inspect_data_never_imports_tensorflow(tmp_path):
         assert "PIL" not in sys.modules
     """)
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True, timeout=60)
+
+
+def test_validation_labels_beyond_the_models_classes_are_refused(tmp_path, capsys):
+    """Issue 29, finding 12: `--val-data` labels up to 10 for a 10-output model trained,
+    with silently wrong validation metrics. They are refused before the run, as training
+    labels are: the range counts every split."""
+    import keras
+
+    from mgpu_gui.cli import main as cli
+
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(10, activation="softmax")])
+    model.compile("adam", "sparse_categorical_crossentropy")
+    model.save(tmp_path / "ten.keras")
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 8)).astype("float32")
+    np.savez(tmp_path / "train.npz", x_train=x, y_train=np.arange(64) % 10)
+    np.savez(tmp_path / "val.npz", x_train=x[:16], y_train=np.arange(16) % 11)
+    code = cli.main(["train", "--model", str(tmp_path / "ten.keras"), "--data",
+                     str(tmp_path / "train.npz"), "--val-data", str(tmp_path / "val.npz"),
+                     "--cpu", "--epochs", "1", "--batch", "8", "-o", str(tmp_path / "runs")])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "the labels go up to 10 (11 classes), but the model's output has 10 unit(s)" in err
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
