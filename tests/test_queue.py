@@ -253,9 +253,10 @@ def tiny_data(tmp_path) -> tuple[Path, Path]:
 
 @pytest.mark.slow
 def test_two_queued_runs_on_disjoint_gpus_run_at_once_a_third_waits_across_an_app_restart(
-        qtbot, fake_four, tiny_data, tmp_path, stop_runner):
+        qtbot, fake_four, tiny_data, tmp_path, stop_runner, monkeypatch):
     from mgpu_gui.gui.jobs.telemetry_source import TelemetrySource
     from mgpu_gui.gui.main_window import MainWindow
+    from mgpu_gui.testing import faults
     from mgpu_gui.testing.fake_pynvml import FakeGpu, fake_nvml
 
     def window() -> MainWindow:
@@ -267,6 +268,10 @@ def test_two_queued_runs_on_disjoint_gpus_run_at_once_a_third_waits_across_an_ap
         return win
 
     model, data = tiny_data
+    # Run a waits 20 ms for each batch (a sleep, no CPU), so that it still holds GPU 0 when
+    # the window has restarted, however fast the machine runs the rest.
+    monkeypatch.setenv(faults.ENV_VAR, "slow_input=20@1:1")
+    monkeypatch.setenv(faults.ONLY_VAR, "-a")
     # No export: its check in a fresh process is seconds per run, and not this test's point.
     base = RunConfig(model=str(model), data=str(data), batch_per_replica=8, epochs=2,
                      output_dir=str(tmp_path / "runs"), batch_event_interval_s=0.0,
@@ -292,9 +297,12 @@ def test_two_queued_runs_on_disjoint_gpus_run_at_once_a_third_waits_across_an_ap
     assert runner_pid(store.path) is not None
 
     second = window()
-    qtbot.waitUntil(lambda: len(second.queue_panel.jobs) == 3, timeout=10_000)
-    states = [second.queue_panel.table.item(row, 4).text() for row in range(3)]
-    assert states[0].endswith("running") and states[2].startswith("waiting: GPU 0")
+    # b (2 epochs) may have ended by now, which takes it off the list; a and c are there.
+    qtbot.waitUntil(lambda: {"a", "c"} <= {job.name for job in second.queue_panel.jobs},
+                    timeout=10_000)
+    states = {job.name: second.queue_panel.table.item(row, 4).text()
+              for row, job in enumerate(second.queue_panel.jobs)}
+    assert states["a"].endswith("running") and states["c"].startswith("waiting: GPU 0")
     qtbot.waitUntil(lambda: second.gpu_panel._rows[0].use.holder != "", timeout=10_000)
     assert second.gpu_panel._rows[0].use.waiting == (3,)
     assert "in use by run" in second.gpu_panel._rows[0].processes.text()
