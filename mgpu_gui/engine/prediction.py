@@ -10,7 +10,8 @@ read gets its own error row; the others are still predicted.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 
 import keras
@@ -18,8 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from mgpu_gui.core.errors import DataError, ModelError, UserError
-from mgpu_gui.core.evaluation.heads import OutputMeaning, class_probabilities, meaning_of
-from mgpu_gui.core.evaluation.metrics import top_classes
+from mgpu_gui.core.evaluation.heads import top_predictions
 from mgpu_gui.core.events import PredictionsMade
 from mgpu_gui.core.modelfiles.card import IMAGES, InputRecord, ModelCard, card_path, read_card
 from mgpu_gui.core.tools.evaluate_job import PredictRequest
@@ -42,12 +42,11 @@ def predict_files(request: PredictRequest) -> PredictionsMade:
         raise DataError(f"{request.model.name} was trained on arrays (an .npz), not image "
                         "files: predict its samples with `mgpu-train evaluate --data`.")
     units, activation = output_layer_info(model)
-    # Loaded without its compile settings: the head is read from the last layer alone.
-    meaning = meaning_of(None, units or 1, linear_output=activation == "linear")
+    read = partial(top_predictions, units=units, linear_output=activation == "linear",
+                   names=card.class_names, k=request.top)
     rows: list[dict] = []
     for start in range(0, len(request.files), BATCH):
-        rows += _predict_batch(model, request.files[start:start + BATCH], inputs, card,
-                               request.top, meaning)
+        rows += _predict_batch(model, request.files[start:start + BATCH], inputs, read)
     return PredictionsMade(rows=rows, inputs=said)
 
 
@@ -59,7 +58,7 @@ def prepare_image(path: Path, inputs: InputRecord) -> np.ndarray:
 
 
 def _predict_batch(model: keras.Model, files: Sequence[Path], inputs: InputRecord,
-                   card: ModelCard, top: int, meaning: OutputMeaning) -> list[dict]:
+                   read: Callable[[np.ndarray], list[list[tuple[str, float]]]]) -> list[dict]:
     rows: list[dict] = [{"file": str(f), "top": [], "error": ""} for f in files]
     ready: list[tuple[int, np.ndarray]] = []
     for index, path in enumerate(files):
@@ -68,11 +67,10 @@ def _predict_batch(model: keras.Model, files: Sequence[Path], inputs: InputRecor
         except UserError as error:
             rows[index]["error"] = str(error)
     if ready:
-        outputs = class_probabilities(keras.ops.convert_to_numpy(
-            model(np.stack([x for _, x in ready]), training=False)), meaning)
-        names = card.class_names or tuple(str(i) for i in range(outputs.shape[-1]))
-        for (index, _), probabilities in zip(ready, outputs, strict=True):
-            rows[index]["top"] = [list(pair) for pair in top_classes(probabilities, names, top)]
+        outputs = model(np.stack([x for _, x in ready]), training=False)
+        for (index, _), best in zip(ready, read(keras.ops.convert_to_numpy(outputs)),
+                                    strict=True):
+            rows[index]["top"] = [list(pair) for pair in best]
     return rows
 
 

@@ -31,11 +31,10 @@ import numpy as np
 from mgpu_gui.core.children.runner import ChildProcesses
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.errors import ExportError, RehearsalError, UserError
-from mgpu_gui.core.evaluation.heads import class_probabilities, meaning_of
-from mgpu_gui.core.evaluation.metrics import top_classes
+from mgpu_gui.core.evaluation.heads import top_predictions
 from mgpu_gui.core.runs.folder import EXPORT_NAMES
 from mgpu_gui.engine import judging, models
-from mgpu_gui.engine.data_source import PreparedData, relabeled
+from mgpu_gui.engine.data_source import LabelMap, PreparedData, relabeled
 from mgpu_gui.engine.export import check_classes_match, check_reloaded, written_for_rehearsal
 
 FOLDER = ".rehearsal"  # in the run folder, removed when the checks end
@@ -52,8 +51,9 @@ class Rehearsal:
         self._failure: RehearsalError | None = None
         self._closing = False
 
-    def run(self, config: RunConfig, model: keras.Model, data: PreparedData, replicas: int,
-            *, evaluate: bool, exports: bool, log: Log) -> None:
+    def run(self, config: RunConfig, model: keras.Model, data: PreparedData,
+            relabel: LabelMap | None, replicas: int, *, evaluate: bool, exports: bool,
+            log: Log) -> None:
         """The in-process checks (a RehearsalError on the first that fails), then the
         export checks started in the background. `evaluate`: the loss and metrics on a
         batch (not in a cluster, where evaluating is collective); `exports`: this process
@@ -62,7 +62,7 @@ class Rehearsal:
         where = f"one batch of {len(data.x_sample)} {split} samples"
         said = [f"Rehearsed before epoch 1 on {where}:"]
         if evaluate:
-            said.append(_loss_and_metrics(model, data, replicas, where))
+            said.append(_loss_and_metrics(model, data, relabel, replicas, where))
         raw = model(data.x_sample, training=False)
         if isinstance(raw, list | tuple | dict):
             said.append("several outputs, which the evaluation does not judge")
@@ -139,14 +139,13 @@ class _Gate(keras.callbacks.Callback):
         self.rehearsal.wait()
 
 
-def _loss_and_metrics(model: keras.Model, data: PreparedData, replicas: int, where: str
-                      ) -> str:
-    """The compiled loss and metrics on the sample, its labels in the form the loss takes,
-    repeated to fill every replica (an empty share breaks Conv2D and BatchNorm)."""
+def _loss_and_metrics(model: keras.Model, data: PreparedData, relabel: LabelMap | None,
+                      replicas: int, where: str) -> str:
+    """The compiled loss and metrics on the sample, its labels in the form the loss takes
+    (as the pipeline gives them: `relabel`), repeated to fill every replica (an empty
+    share breaks Conv2D and BatchNorm)."""
     rows = -(-max(len(data.x_sample), replicas) // replicas) * replicas
     index = np.resize(np.arange(len(data.x_sample)), rows)
-    relabel, _ = models.label_mapper(models.loss_wants_onehot(model), data.label_kind,
-                                     data.num_classes)
     y = relabeled(np.asarray(data.y_sample), relabel, data.num_classes)
     try:
         # One batch handed to the compiled step, no dataset: creating and dropping tf.data
@@ -183,11 +182,8 @@ def _heads(model: keras.Model, config: RunConfig, data: PreparedData, outputs: n
                       "The evaluation after training would fail the same way") from error
     units, activation = models.output_layer_info(model)
     if judged.classifier is not None and units:
-        # What `predict` does with the exported file: the head from its last layer alone.
-        read = meaning_of(None, units, linear_output=activation == "linear")
-        probabilities = class_probabilities(outputs, read)
-        names = data.class_names or tuple(str(i) for i in range(probabilities.shape[-1]))
-        top_classes(probabilities[0], names)
+        top_predictions(outputs[:1], units, linear_output=activation == "linear",
+                        names=data.class_names)
     return f"the evaluation reads it as {judged.meaning.describe()}"
 
 

@@ -55,7 +55,7 @@ from mgpu_gui.engine.callbacks import (
     NanGuard,
     ValidateCompleteEpochs,
 )
-from mgpu_gui.engine.data_source import PreparedData, input_record
+from mgpu_gui.engine.data_source import LabelMap, PreparedData, input_record
 from mgpu_gui.engine.export import export_model
 from mgpu_gui.engine.failures import NonFiniteLossError, Stage, Where, explain_failure
 from mgpu_gui.engine.input_wait import InputWaitMeter, TimeInputWait
@@ -81,6 +81,7 @@ class TrainingSetup:
     compile_source: CompileSource = CompileSource.RUN  # where the optimizer came from
     file_optimizer: str = ""  # the model file's own optimizer, when it came compiled
     callbacks: tuple[keras.callbacks.Callback, ...] = ()  # the input pipeline's, in every fit
+    relabel: LabelMap | None = None  # the labels as the loss takes them (one-hot or ids)
 
 
 class FitLoop:
@@ -163,7 +164,7 @@ def _run(config: RunConfig, run_dir: RunDir, plan: DevicePlan, strategy: tf.dist
     # A .py builder's (or the demo's) size was unknown to the preflight.
     ckpt.check_free_space(run_dir.path.parent, ckpt.space_needed(
         int(model.count_params()) * 4 * ckpt.ADAM_FACTOR, len(config.export_formats)))
-    rehearsal.run(config, model, prepared, strategy.num_replicas_in_sync,
+    rehearsal.run(config, model, prepared, setup.relabel, strategy.num_replicas_in_sync,
                   evaluate=loop.evaluates_alone, exports=loop.chief, log=log)
     if loop.chief:
         run_dir.write_checkpoint_cards(ModelCard(tuple(prepared.class_names),
@@ -307,7 +308,8 @@ def prepare(config: RunConfig, strategy: tf.distribute.Strategy, log,
     return TrainingSetup(
         model=model, data=prepared, global_batch=config.batch_per_replica * replicas,
         compile_source=loaded.source, file_optimizer=loaded.file_optimizer,
-        train=made.train, val=made.val, test=made.test, callbacks=made.callbacks)
+        train=made.train, val=made.val, test=made.test, callbacks=made.callbacks,
+        relabel=relabel)
 
 
 def _loaded_version(module: str) -> str:

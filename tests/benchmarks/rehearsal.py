@@ -45,8 +45,8 @@ from mgpu_gui.engine.training import prepare
 setup = prepare(config, strategy, lambda *a: None)
 rehearsal = Rehearsal(Path(sys.argv[3]))
 started = time.monotonic()
-rehearsal.run(config, setup.model, setup.data, strategy.num_replicas_in_sync, evaluate=True,
-              exports=True, log=lambda *a: None)
+rehearsal.run(config, setup.model, setup.data, setup.relabel, strategy.num_replicas_in_sync,
+              evaluate=True, exports=True, log=lambda *a: None)
 ran = time.monotonic()
 rehearsal.wait()
 waited = time.monotonic()

@@ -99,13 +99,9 @@ def prepare_run(config: RunConfig, inventory: GpuInventory | None = None,
     a DevicesBusyError when its devices are held by another live run or (unless
     `allow_busy`) run a process outside the app.
     """
-    config.check()
-    # Absolute: the worker, the export verifier, a resume and a queue runner run in
-    # other folders.
-    config = config.with_absolute_paths()
     inventory = inventory if inventory is not None else query_inventory()
-    plan = _plan(config, inventory, store, allow_busy)
-    preflight.check(config, plan.replicas, file_inspector())
+    config, plan = _checked(config, lambda checked: _plan(checked, inventory, store, allow_busy),
+                            disk=True)
     run_dir = create_run_dir(config)
     run_dir.plan_json.write_text(plan.to_json())
     lock = RunLock.acquire(run_dir.path)  # before the store lists it as running
@@ -132,10 +128,19 @@ def check_inputs(config: RunConfig, inventory: GpuInventory) -> None:
     (a queued job, a sweep's trials): refused before it is queued, as `train` refuses it,
     not when it starts. Its devices count as free here (claimed when it starts), and its
     output disk is checked then."""
+    _checked(config, lambda checked: plan_devices(checked.devices, inventory), disk=False)
+
+
+def _checked(config: RunConfig, plan: Callable[[RunConfig], DevicePlan], *, disk: bool
+             ) -> tuple[RunConfig, DevicePlan]:
+    """The steps every run's inputs go through before anything is written: the settings,
+    paths made absolute (the worker, the export verifier, a resume and a queue runner run
+    in other folders), the devices planned, the preflight of model, data and disk."""
     config.check()
     config = config.with_absolute_paths()
-    preflight.check(config, plan_devices(config.devices, inventory).replicas,
-                    file_inspector(), disk=False)
+    planned = plan(config)
+    preflight.check(config, planned.replicas, file_inspector(), disk=disk)
+    return config, planned
 
 
 def _plan(config: RunConfig, inventory: GpuInventory, store: RunStore | None,

@@ -13,10 +13,13 @@ two-class softmax.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
 import numpy as np
+
+from mgpu_gui.core.evaluation.metrics import TOP_K, top_classes
 
 
 class Head(StrEnum):
@@ -84,6 +87,18 @@ def class_probabilities(outputs: np.ndarray, meaning: OutputMeaning) -> np.ndarr
     if meaning.head is Head.MULTI_LABEL and meaning.logits:
         return _sigmoid(values)
     return values
+
+
+def top_predictions(outputs: np.ndarray, units: int | None, *, linear_output: bool,
+                    names: Sequence[str] = (), k: int = TOP_K) -> list[list[tuple[str, float]]]:
+    """Each sample's `k` most probable classes as `predict` reads a saved model: loaded
+    without its compile settings, so the head is judged by its last layer alone (`units`
+    outputs, linear or not); classes are named by index where the model's card has no
+    names. One function, so that the rehearsal before epoch 1 tries what `predict` runs."""
+    probabilities = class_probabilities(
+        outputs, meaning_of(None, units or 1, linear_output=linear_output))
+    names = tuple(names) or tuple(str(i) for i in range(probabilities.shape[-1]))
+    return [top_classes(row, names, k) for row in probabilities]
 
 
 def _sigmoid(values: np.ndarray) -> np.ndarray:
