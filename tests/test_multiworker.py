@@ -162,8 +162,9 @@ class Cli:
 
 
 def train_args(files, out: Path, **flags) -> list[str]:
+    """No export unless a test asks for one (its check starts TensorFlow again, twice)."""
     settings = {"--model": files["model"], "--data": files["data"], "--epochs": EPOCHS,
-                "--batch-per-replica": 16, "--seed": 7, "-o": out, **flags}
+                "--batch-per-replica": 16, "--seed": 7, "--export": "none", "-o": out, **flags}
     return ["--cpu", *[str(x) for kv in settings.items() for x in kv]]
 
 
@@ -187,14 +188,14 @@ def test_two_workers_train_like_one_process_with_two_replicas(files, tmp_path):
     recompiles the model, so each worker's step functions are traced again for its
     trainable weights and metrics, and its new iterator starts at the stage's epoch; the
     epoch inside stage 2 checks an iterator counting on by itself. The CLI's fixed costs
-    (starting TensorFlow, the cluster, the export's check in a fresh process) take nearly
+    (starting TensorFlow, the cluster, the chief's export check in a fresh process) take nearly
     all the time; the 7 steps of an epoch take about 0.1 s.
     """
     import keras
 
     single = Cli("train", "--replicas", "2", *train_args(files, tmp_path / "single", **TRANSFER),
                  out=tmp_path / "single.log")
-    chief, other = workers(files, tmp_path, free_ports(2), flags=TRANSFER)
+    chief, other = workers(files, tmp_path, free_ports(2), flags={**TRANSFER, "--export": "keras"})
     codes = [cli.wait() for cli in (chief, other, single)]
     assert codes == [0, 0, 0], chief.stderr[-3000:] + other.stderr[-3000:]
 
@@ -317,7 +318,7 @@ def test_the_app_starts_the_chief_and_shows_the_cluster(qtbot, files, tmp_path):
     qtbot.addWidget(win)
     win.run_setup.set_config(RunConfig(model=str(files["model"]), data=str(files["data"]),
                                        epochs=2, batch_per_replica=16, seed=7,
-                                       output_dir=str(tmp_path / "runs")))
+                                       export_formats=(), output_dir=str(tmp_path / "runs")))
     qtbot.waitUntil(win.cluster_action.isEnabled, timeout=10_000)
     dialog = win.train_across_machines()
     assert not dialog.start_button.isEnabled()

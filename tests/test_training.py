@@ -87,7 +87,7 @@ def start(files, replicas: int, model: Path | str, tmp_path: Path, **overrides) 
         model=str(model), data=str(files["data"]), epochs=4,
         batch_per_replica=GLOBAL_BATCH // replicas, output_dir=str(tmp_path),
         devices=DeviceSelection(kind=DeviceKind.CPU, replicas=replicas),
-        batch_event_interval_s=0.0, seed=7,
+        batch_event_interval_s=0.0, seed=7, export_formats=(),
     ).replace(**overrides)
     return prepare_run(config, NO_GPU).run_dir
 
@@ -101,7 +101,7 @@ LOSSES: dict[int, list[float]] = {}
 
 @pytest.mark.parametrize("replicas", [1, 2, 4])
 def test_trains_on_replicas_with_a_partial_last_batch(hosts, files, tmp_path, replicas):
-    run_dir = start(files, replicas, files["dense"], tmp_path)
+    run_dir = start(files, replicas, files["dense"], tmp_path, export_formats=("keras",))
     code, events = hosts(replicas).run(run_dir.path)
     assert code == 0, only(events, RunFailed)
     started = only(events, RunStarted)[0]
@@ -159,7 +159,7 @@ def test_batchnorm_with_partial_last_batch_has_no_nan(hosts, files, tmp_path, re
 
 def test_stop_mid_epoch_leaves_resumable_backup_and_no_partial_epoch(hosts, files, tmp_path):
     host = hosts(2)
-    run_dir = start(files, 2, files["dense"], tmp_path, epochs=5)
+    run_dir = start(files, 2, files["dense"], tmp_path, epochs=5, export_formats=("keras",))
     code, events = host.run(run_dir.path, stop_at=(1, 2))  # epoch 2, third batch
     assert code == 0, only(events, RunFailed)
     finished = only(events, RunFinished)[0]
