@@ -137,6 +137,64 @@ def test_bad_targets_are_refused_with_what_to_do(digits, capsys, tmp_path):
     assert "Traceback" not in err and "full output" not in err  # refused before the child
 
 
+def test_data_that_does_not_fit_the_model_is_refused_before_the_evaluator(digits, capsys,
+                                                                          tmp_path):
+    """Issue 29, finding 8: evaluate checks the data against the model as train does, in
+    the command before the evaluator (TensorFlow) starts: labels beyond the model's
+    outputs, inputs of another shape, NaN inputs, an image folder with another class
+    count. Each once gave a raw Keras error and "This is a bug", or (NaN) figures."""
+    import keras
+    from PIL import Image
+
+    x, y = digits["npz_test"]
+    rng = np.random.default_rng(0)
+    cases = {
+        "labels.npz": (x, (y + 10) % 20, "the labels go up to 19 (20 classes), but the "
+                       "model's output has 10 unit(s), so labels must be 0..9"),
+        "shape.npz": (rng.normal(size=(40, 16, 16, 1)).astype(np.float32), y[:40],
+                      "expects inputs of shape (8, 8, 1), but the data has (16, 16, 1)"),
+        "nan.npz": (np.full_like(x, np.nan), y, "x_train holds 6464 NaN value(s)"),
+    }
+    for name, (xs, ys, words) in cases.items():
+        np.savez(tmp_path / name, x_train=xs, y_train=ys, x_test=xs, y_test=ys)
+        code = cli.main(["evaluate", str(digits["model"]), "--data", str(tmp_path / name),
+                         "--cpu", "--replicas", "1"])
+        err = capsys.readouterr().err
+        assert code == 2 and words in err, (name, err)
+        assert "full output" not in err and "This is a bug" not in err, err  # no child ran
+    rgb = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(),
+                            keras.layers.Dense(10, activation="softmax")])
+    rgb.compile("adam", "sparse_categorical_crossentropy")
+    rgb.save(tmp_path / "rgb.keras")
+    for c in ("cat", "dog", "owl"):
+        (tmp_path / "folder" / c).mkdir(parents=True)
+        Image.fromarray(rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)).save(
+            tmp_path / "folder" / c / "0.png")
+    code = cli.main(["evaluate", str(tmp_path / "rgb.keras"), "--data",
+                     str(tmp_path / "folder"), "--cpu", "--replicas", "1"])
+    err = capsys.readouterr().err
+    assert code == 2 and ("the image folder has 3 class subfolders (cat, dog, owl), but the "
+                          "model has 10 output unit(s)") in err, err
+
+
+def test_a_test_set_without_the_last_classes_is_judged_on_every_class_of_the_model(
+        digits, capsys, tmp_path):
+    """A split whose labels stop at 2 for a 10-class model (an .npz names classes up to its
+    largest label) is judged as 10 classes, not refused as "3 class names for 10 model
+    outputs" (issue 29, finding 8)."""
+    x, y = digits["npz_test"]
+    few = y < 3
+    np.savez(tmp_path / "few.npz", x_train=x[few], y_train=y[few], x_test=x[few],
+             y_test=y[few])
+    code = cli.main(["evaluate", str(digits["model"]), "--data", str(tmp_path / "few.npz"),
+                     "--cpu", "--replicas", "1", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    classifier = json.loads(out)["classifier"]
+    assert classifier["class_names"] == [str(i) for i in range(10)]
+    assert [s["support"] for s in classifier["per_class"]][3:] == [0] * 7
+
+
 def test_a_runs_evaluation_is_kept_in_its_folder(digits, capsys, tmp_path):
     """A run is evaluated on its own data, on its own settings, and keeps the result."""
     import shutil

@@ -19,6 +19,9 @@ from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.evaluation import report
 from mgpu_gui.core.evaluation.result import EvaluationResult, Split, choose_split
 from mgpu_gui.core.events import EvaluationDone
+from mgpu_gui.core.modelfiles.card import IMAGES, card_path, read_card
+from mgpu_gui.core.modelfiles.info import ModelFileInfo
+from mgpu_gui.core.runs import preflight
 from mgpu_gui.core.runs.folder import RunDir
 from mgpu_gui.core.tools.evaluate_job import EvaluateRequest
 
@@ -112,9 +115,29 @@ def _request(args: argparse.Namespace) -> tuple[EvaluateRequest, int | None]:
         devices = DeviceSelection(kind=DeviceKind.CPU if args.cpu else devices.kind,
                                   replicas=args.replicas)
     split = None if args.split is None else Split(args.split)
-    if config.validation_data is None:  # bad data refused before the evaluator starts
-        info = file_inspector().inspect_data(config.data, image_size=config.image_size)
+    # Bad data, or data that does not fit the model, refused before the evaluator starts,
+    # by the checks training makes (NaN/Inf, labels, shapes, a folder's classes).
+    reader = file_inspector()
+    facts = reader.inspect_model(str(model))
+    if run_id is None:
+        config = _prepared_as_recorded(config, model, facts)
+    info = preflight.check_data_for(config.replace(model=str(model)), facts, reader)
+    if config.validation_data is None:
         _, val, test = info.split_counts(config.validation_split)
         choose_split(split, val, test)
     plan = plan_devices(devices, query_inventory())
     return EvaluateRequest(model, config, plan, split, output), run_id
+
+
+def _prepared_as_recorded(config: RunConfig, model: Path, facts: ModelFileInfo) -> RunConfig:
+    """A model file's images prepared as its card records (its run's size and rescale);
+    without a card, at the size of its input layer, as `predict` takes them."""
+    card = read_card(card_path(model, "keras"))
+    recorded = card.inputs if card is not None else None
+    if recorded is not None and recorded.kind == IMAGES and recorded.image_size:
+        return config.replace(image_size=tuple(recorded.image_size), rescale=recorded.rescale)
+    shape = facts.input_shape or ()
+    if len(shape) == 3 and isinstance(shape[0], int) and isinstance(shape[1], int):
+        return config.replace(image_size=(shape[0], shape[1]))
+    return config
+

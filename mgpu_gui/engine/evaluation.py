@@ -17,6 +17,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from mgpu_gui.core.datasets.inspection import DataKind, class_ids
 from mgpu_gui.core.errors import ModelError
 from mgpu_gui.core.evaluation.result import EvaluationResult, Split, choose_split
 from mgpu_gui.core.evaluation.samples import SampleOrigins
@@ -46,11 +47,12 @@ def evaluate(request: EvaluateRequest, strategy: tf.distribute.Strategy,
     if len(model.outputs) != 1:
         raise ModelError(f"{request.model.name} has {len(model.outputs)} outputs; the "
                          "evaluation judges models with one output.")
+    names = _class_names(model, prepared)
     outputs = predict_every_sample(model, prepared.finished(dataset).map(lambda x, y: x), samples,
                                    config.batch_per_replica, progress)
     judged = judging.judge(model, request.model.name, labels, outputs,
-                           prepared.label_kind, prepared.num_classes,
-                           tuple(prepared.class_names) or None)
+                           prepared.label_kind, len(names) if names else prepared.num_classes,
+                           names)
     result = EvaluationResult(
         model=str(request.model), data=config.data, split=split, samples=samples,
         loss=judged.loss, classifier=judged.classifier, regression=judged.regression,
@@ -62,6 +64,22 @@ def evaluate(request: EvaluateRequest, strategy: tf.distribute.Strategy,
     if request.output is not None:
         path = result.save(request.output, judged.labels, judged.outputs, origins)
     return result, path
+
+
+def _class_names(model: keras.Model, prepared: data_mod.PreparedData
+                 ) -> tuple[str, ...] | None:
+    """The data checked against the model as training checks it; then the classes the
+    figures name. Arrays name classes by index up to their largest label, but a split may
+    lack the last classes a model knows (a test set without class 9): the model's
+    outputs count them then."""
+    units = models.output_layer_info(model)[0]
+    models.check_model_fits_data(model, prepared.input_shape, prepared.num_classes,
+                                 prepared.label_max,
+                                 prepared.class_names if prepared.kind is DataKind.IMAGES else ())
+    names = tuple(prepared.class_names) or None
+    if names and prepared.kind is DataKind.NPZ and units and units > max(len(names), 2):
+        return class_ids(units)
+    return names
 
 
 def predict_every_sample(model: keras.Model, inputs: tf.data.Dataset, samples: int,

@@ -21,7 +21,7 @@ import re
 import sys
 import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -470,15 +470,18 @@ def label_mapper(wants_onehot: bool | None, label_kind: str, num_classes: int | 
 
 
 def check_model_fits_data(model: keras.Model, input_shape: tuple[int, ...], num_classes: int,
-                          label_max: int | None) -> None:
-    """Fail before training when the data cannot fit the model, saying what to change."""
+                          label_max: int | None, folder_classes: Sequence[str] = ()) -> None:
+    """Fail before training (or an evaluation) when the data cannot fit the model, saying
+    what to change. `folder_classes`: an image folder's classes, one per output."""
     inputs = getattr(model, "inputs", None) or []
     if len(inputs) > 1:
         raise ModelError(f"the model has {len(inputs)} inputs but the data gives one; "
                          "use a model with a single input.")
     if inputs:
         fit_check.check_input_shape(tuple(inputs[0].shape[1:]), tuple(input_shape))
-    fit_check.check_label_range(output_layer_info(model)[0], label_max, num_classes)
+    units = output_layer_info(model)[0]
+    fit_check.check_label_range(units, label_max, num_classes)
+    fit_check.check_folder_classes(units, folder_classes)
 
 
 def model_summary(model: keras.Model) -> str:

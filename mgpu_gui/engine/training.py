@@ -295,7 +295,8 @@ def prepare(config: RunConfig, strategy: tf.distribute.Strategy, log,
                                    custom_objects_file=config.custom_objects)
     model = loaded.model
     models.check_model_fits_data(model, prepared.input_shape, prepared.num_classes,
-                                 prepared.label_max)
+                                 prepared.label_max,
+                                 prepared.class_names if prepared.kind is DataKind.IMAGES else ())
     _check_labels_for_loss(config, model)
     _check_mirrored(model, strategy, log)
     if prepared.kind is DataKind.IMAGES:  # the pixels the pipeline rescales

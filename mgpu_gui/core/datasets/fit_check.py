@@ -30,3 +30,19 @@ def check_label_range(units: int | None, label_max: float | None, num_classes: i
             f"the labels go up to {label_max} ({max(num_classes or 0, label_max + 1)} classes), "
             f"but the model's output has {units} unit(s), so labels must be 0..{limit}. "
             "Use a model with one output per class, or check the labels.")
+
+
+def check_folder_classes(units: int | None, class_names: Sequence[str]) -> None:
+    """An image folder's classes are the model's outputs, one each (one unit: two classes);
+    a trained model judged, predicted or exported on another count would name its outputs
+    wrong."""
+    if units is None or not class_names:
+        return
+    wanted = 2 if units == 1 else units
+    if len(class_names) != wanted:
+        shown = ", ".join(class_names[:6]) + (", …" if len(class_names) > 6 else "")
+        raise DataError(
+            f"the image folder has {len(class_names)} class subfolders ({shown}), but the "
+            f"model has {units} output unit(s), {'two classes' if units == 1 else 'one per class'}"
+            ". Give the folder the model was trained on (its classes are listed in the "
+            "model's .classes.json), or a model with one output per class.")

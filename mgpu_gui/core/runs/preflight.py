@@ -18,7 +18,7 @@ from typing import Protocol
 from mgpu_gui.core.config import DEMO, RunConfig, is_model_file
 from mgpu_gui.core.datasets import fit_check
 from mgpu_gui.core.datasets.content import ContentRequest
-from mgpu_gui.core.datasets.inspection import DataInfo, LabelKind
+from mgpu_gui.core.datasets.inspection import DataInfo, DataKind, LabelKind
 from mgpu_gui.core.errors import DataError, ModelError, OutputError, UserError
 from mgpu_gui.core.evaluation.heads import loss_key
 from mgpu_gui.core.events import DataChecked
@@ -57,17 +57,26 @@ def check(config: RunConfig, replicas: int, reader: FileReader,
     model = reader.inspect_model(config.model) if is_model_file(config.model) else None
     if model is not None:
         check_builder(config, model)
+    data = check_data_for(config, model, reader)
+    check_builtin_fits(config, data)
+    check_batch_fits(config, replicas, data)
+    if disk:
+        check_output_disk(config, model)
+    return model, data
+
+
+def check_data_for(config: RunConfig, model: ModelFileInfo | None, reader: FileReader
+                   ) -> DataInfo:
+    """The run's data (and validation data) read, its content checked (NaN/Inf, labels
+    against the loss) and fitted to `model` (shapes, label range, a folder's classes): what
+    training checks, and what evaluating a trained model on data checks alike."""
     data = reader.inspect_data(config.data, image_size=config.image_size)
     if config.validation_data is not None:
         reader.inspect_data(config.validation_data, image_size=config.image_size)
     reader.check_content(content_request(config, model))
     if model is not None:
         check_model_fits(config, model, data)
-    check_builtin_fits(config, data)
-    check_batch_fits(config, replicas, data)
-    if disk:
-        check_output_disk(config, model)
-    return model, data
+    return data
 
 
 # Keras loss names (spaces and underscores dropped) of losses that predict values, not classes.
@@ -136,6 +145,8 @@ def check_model_fits(config: RunConfig, model: ModelFileInfo, data: DataInfo) ->
         fit_check.check_input_shape(model.input_shape, data.x_shape)
     if data.label_kind is LabelKind.SPARSE:
         fit_check.check_label_range(model.output_units, data.label_max, data.num_classes)
+    if data.kind is DataKind.IMAGES:
+        fit_check.check_folder_classes(model.output_units, data.class_names)
 
 
 def check_builtin_fits(config: RunConfig, data: DataInfo) -> None:
