@@ -174,6 +174,14 @@ def test_truncated_model_file(capsys, files, models, tmp_path, kind):
                             *TINY, "-o", out_dir)
     assert_refused(*result, out_dir, f"cut.{kind} is truncated or damaged",
                    "copy or save it again")
+    # evaluate and predict check it the same way (issue 29, finding 10: predict said
+    # "File not found" of a file that was there).
+    for command in (["evaluate", models[f"cut_{kind}"], "--data", files["data"]],
+                    ["predict", models[f"cut_{kind}"], tmp_path / "photo.png"]):
+        code = cli.main([str(arg) for arg in command])
+        err = capsys.readouterr().err
+        assert code == cli.EXIT_USAGE, err
+        assert f"cut.{kind} is truncated or damaged" in err and "copy or save it again" in err
 
 
 def test_py_with_syntax_error(capsys, files, tmp_path):

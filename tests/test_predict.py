@@ -114,6 +114,35 @@ def test_a_binary_model_saved_elsewhere_names_both_classes(trained, capsys, tmp_
             [expected, 1 - expected], abs=1e-6)
 
 
+def test_a_grey_model_saved_elsewhere_takes_grey_and_rgb_files(capsys, tmp_path):
+    """Issue 29, finding 10: a model with a 28x28x1 input and no card (saved outside the
+    app) once failed on every file with a raw `Sequential.call()` error. Files are read
+    as RGB, then made grey for a one-channel input (the ITU-R 601 weights Keras' own
+    grayscale loading uses), at the input layer's size and times 1/255, as said."""
+    import keras
+    from PIL import Image
+
+    model = keras.Sequential([keras.Input((28, 28, 1)), keras.layers.Flatten(),
+                              keras.layers.Dense(3, activation="softmax")])
+    model.save(tmp_path / "grey.keras")
+    rng = np.random.default_rng(0)
+    grey = rng.integers(0, 256, (28, 28), dtype=np.uint8)
+    Image.fromarray(grey).save(tmp_path / "grey.png")
+    Image.fromarray(np.stack([grey] * 3, axis=-1)).save(tmp_path / "rgb.png")
+    table = tmp_path / "top.csv"
+    code = cli.main(["predict", str(tmp_path / "grey.keras"), str(tmp_path / "grey.png"),
+                     str(tmp_path / "rgb.png"), "--csv", str(table)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "images decoded to 1 channel (grey), resized to 28x28" in out
+    with open(table, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    expected = model.predict((grey / 255.0).astype(np.float32)[None, ..., None], verbose=0)[0]
+    for row in rows:  # a grey file and its RGB copy: the same pixels, the same answer
+        assert row["error"] == ""
+        assert float(row["probability_1"]) == pytest.approx(float(expected.max()), abs=1e-5)
+
+
 def test_try_a_sample_in_the_evaluation_view_gives_the_same_top_k(trained):
     """The view's "Try a sample" runs the predict child on the run's own model."""
     import keras

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from mgpu_gui.cli.common import EXIT_USAGE, run_evaluator
+from mgpu_gui.core.children.inspector import file_inspector
 from mgpu_gui.core.config import DeviceSelection
 from mgpu_gui.core.datasets.inspection import IMAGE_SUFFIXES, image_files_under
 from mgpu_gui.core.devices.nvml import query_inventory
@@ -37,6 +38,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{args.model} is not a model file; give a .keras or .h5 file.")
     if args.top < 1:
         raise UserError("--top must be at least 1.")
+    # A damaged or truncated file refused here, as the run setup refuses it (no TensorFlow).
+    file_inspector().inspect_model(str(args.model))
     files = image_files(args.files)
     plan = plan_devices(DeviceSelection(replicas=1), query_inventory())
     outcome = run_evaluator(

@@ -53,7 +53,10 @@ def predict_files(request: PredictRequest) -> PredictionsMade:
 def prepare_image(path: Path, inputs: InputRecord) -> np.ndarray:
     """One file as the model's input, as training's pipeline made it."""
     assert inputs.image_size is not None
-    resized = tf.image.resize(decode_file(path), inputs.image_size)
+    decoded = decode_file(path)  # RGB, whatever the file holds
+    if inputs.channels == 1:  # a model that takes grey images (one saved outside the app)
+        decoded = tf.image.rgb_to_grayscale(decoded)
+    resized = tf.image.resize(decoded, inputs.image_size)
     return resized.numpy() * np.float32(inputs.rescale)
 
 
@@ -82,6 +85,10 @@ def _inputs(model: keras.Model, card: ModelCard, path: Path) -> tuple[InputRecor
         raise ModelError(f"{path.name} has no card saying how its images were prepared, and "
                          f"its input shape {shape} is not that of images (height, width, "
                          "channels); export it from its run to write one.")
+    if shape[2] not in (1, 3):
+        raise ModelError(f"{path.name} takes inputs of shape {shape}: {shape[2]} channels, "
+                         "where images are read as RGB (3) or grey (1). Predict its samples "
+                         "with `mgpu-train evaluate --data` instead.")
     assumed = InputRecord(IMAGES, (int(shape[0]), int(shape[1])), int(shape[2]), ASSUMED_RESCALE)
     return assumed, (f"{assumed.describe()}: ASSUMED, {path.name} has no card recording how "
                      "its training prepared images (export it from its run to write one)")

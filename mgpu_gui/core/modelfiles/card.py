@@ -37,7 +37,8 @@ class InputRecord:
         so it is said as the 0-255 pixels the model gets."""
         times = f"times {self.rescale:g}"
         if self.kind == IMAGES and self.image_size is not None:
-            return (f"images decoded to {self.channels} channels, resized to "
+            channels = "1 channel (grey)" if self.channels == 1 else f"{self.channels} channels"
+            return (f"images decoded to {channels}, resized to "
                     f"{self.image_size[0]}x{self.image_size[1]}, "
                     f"{'pixels left at 0-255' if self.rescale == 1 else times}")
         return f"arrays as float32 (uint8 pixels {'left at 0-255' if self.rescale == 1 else times})"
