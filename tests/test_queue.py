@@ -32,6 +32,8 @@ from mgpu_gui.core.runs.claims import DevicesBusyError
 from mgpu_gui.core.runs.folder import RunDir
 from mgpu_gui.core.runs.queue import JobQueue, JobState, QueuedJob, runner_pid, schedule
 from mgpu_gui.core.runs.store import RunState, RunStore
+from mgpu_gui.core.sweeps.results import TrialStatus
+from mgpu_gui.core.sweeps.store import trial_status
 from tests.helpers.waiting import wait_for
 
 GiB = 2**30
@@ -234,6 +236,19 @@ def test_queue_add_and_sweep_start_refuse_what_train_refuses(command, tmp_path, 
     assert not (tmp_path / "runs").exists()
 
 
+def test_sweep_start_refuses_a_metric_its_runs_never_report(tmp_path, capsys):
+    """Issue 29, finding 11: `--metric bogus --median-stop` was queued and the sweep never
+    named a best trial (nor stopped one). The demo's runs report the loss and accuracy,
+    and their `val_` forms: any other name is refused before queuing, naming those."""
+    code = cli.main(["sweep", "start", "--lr", "1e-3,1e-2", "--metric", "bogus",
+                     "--median-stop", "--cpu", "-o", str(tmp_path / "runs")])
+    err = capsys.readouterr().err
+    assert code == cli.EXIT_USAGE, err
+    assert ("the trials' epochs report accuracy, loss, val_accuracy, val_loss, not bogus"
+            in err), err
+    assert JobQueue(RunStore()).jobs(finished=True) == []
+
+
 @pytest.fixture
 def tiny_data(tmp_path) -> tuple[Path, Path]:
     rng = np.random.default_rng(0)
@@ -381,6 +396,34 @@ def test_cancelling_a_started_job_stops_its_run_resumably(fake_four, tiny_data, 
     wait_for(lambda: store.get(run_id).status is RunState.STOPPED, 60, "the run to stop")
     assert 1 <= store.get(run_id).epochs_done < 50
     assert queue.describe(queue.get(1)) == f"run {run_id} stopped"
+
+
+@pytest.mark.slow
+def test_a_job_whose_builder_raises_fails_with_the_builders_error(fake_four, tiny_data,
+                                                                   tmp_path, capsys,
+                                                                   stop_runner):
+    """Issue 29, finding 11: a `.py` builder that raises passes `queue add` (only building
+    the model shows it, as in `train`), then is refused in its worker's setup, which
+    leaves no run folder and no run. The job once showed "dropped" (its run deleted);
+    it is `failed`, with the builder's error, and its sweep trial would be too."""
+    _, data = tiny_data
+    raises = tmp_path / "raises.py"
+    raises.write_text("def build_model(input_shape, num_classes):\n"
+                      "    raise RuntimeError('boom in user code')\n")
+    assert cli.main(["queue", "add", "--gpus", "1", "--model", str(raises), "--data",
+                     str(data), "--epochs", "1", "--export", "none",
+                     "-o", str(tmp_path / "runs")]) == 0
+    queue = JobQueue(RunStore())
+    wait_for(lambda: queue.get(1).state is JobState.FAILED, 120, "the job to fail")
+    job = queue.get(1)
+    assert "build_model() failed at line 2" in job.message, job.message
+    assert "boom in user code" in job.message
+    assert trial_status(job.state, job.run_id, None, "") is TrialStatus.FAILED
+    assert RunStore().runs() == [] and not any((tmp_path / "runs").iterdir())  # no run folder
+    capsys.readouterr()
+    assert cli.main(["queue", "list", "--all"]) == 0
+    listed = capsys.readouterr().out
+    assert "failed" in listed and "boom in user code" in listed, listed
 
 
 def test_the_curves_of_a_run_another_process_supervises_follow_it_live(qtbot, tmp_path):

@@ -42,7 +42,7 @@ from mgpu_gui.core.sweeps.store import (
     start_sweep,
     sweep_estimate,
 )
-from mgpu_gui.core.sweeps.trials import COMPILED, DEFAULT_METRIC, Search, SweepSpec
+from mgpu_gui.core.sweeps.trials import DEFAULT_METRIC, Search, SweepSpec, reported_metrics
 
 POLL_S = 2.0
 # SweepSpec's fields as the flags that set them, for error lines.
@@ -157,8 +157,9 @@ def _start(store: RunStore, args: argparse.Namespace) -> int:
         samples=args.random or 0, random_seed=args.random_seed, repeats=args.repeats,
         gpus_per_trial=args.gpus_per_trial, max_parallel=args.max_parallel,
         metric=args.metric, median_stop=args.median_stop, grace=args.grace)
-    compiled = _compiled(spec)
-    spec.check(compiled_model=compiled)
+    # A compiled model file trains with its own optimizer and reports its own metrics.
+    compiled = is_model_file(base.model) and file_inspector().inspect_model(base.model).compiled
+    spec.check(compiled_model=compiled, reported=reported_metrics(base, compiled))
     # The model and data once, as `train` checks them (each trial's own settings, such as
     # a swept batch size, when it starts).
     check_inputs(base, query_inventory())
@@ -217,14 +218,6 @@ def _varied(texts: list[str], base: RunConfig) -> list[Parameter]:
                                           "early_stopping.patience=3,5")])
         found.append(parse_parameter(name.strip(), values, base))
     return found
-
-
-def _compiled(spec: SweepSpec) -> bool:
-    """Whether the model file brings its own compiled optimizer (asked only when it
-    matters: the learning rate or optimizer is swept)."""
-    if not set(COMPILED) & set(spec.swept) or not is_model_file(spec.base.model):
-        return False
-    return file_inspector().inspect_model(spec.base.model).compiled
 
 
 def _list(store: RunStore, args: argparse.Namespace) -> int:

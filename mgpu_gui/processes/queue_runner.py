@@ -152,6 +152,8 @@ class QueueRunner:
             if judge is not None:
                 judge.close()
         log.info("job %d ended: %s %s", job.id, outcome.status.value, outcome.message)
+        if outcome.refused:  # no run is left to show why: the job says it (a failed trial)
+            self.queue.mark_failed(job.id, outcome.message)
 
     def _forget_finished(self) -> None:
         for job_id, thread in list(self.threads.items()):

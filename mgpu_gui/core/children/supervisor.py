@@ -89,6 +89,7 @@ class RunOutcome:
     exit_code: int | None = None
     events: list[Event] = field(default_factory=list)
     resumable: bool = False  # the run folder's backup allows a resume (ResumePoint)
+    refused: bool = False  # refused during setup: its folder and row are gone
 
 
 def prepare_run(config: RunConfig, inventory: GpuInventory | None = None,
@@ -409,6 +410,7 @@ class WorkerProcess:
                 else:  # a run refused during setup leaves no folder, and no row
                     self._recorder.discard()
                 self._recorder = None
+            outcome.refused = not point.exists and not self.run.temporary
             self._outcome = outcome
             if point.exists and self.run.config.on_finish and not self.run.temporary:
                 said = run_finish_command(self.run.config.on_finish, self._finished(outcome))

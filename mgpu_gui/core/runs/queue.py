@@ -207,6 +207,8 @@ class JobQueue:
             stopping = ", stop requested" if job.cancel_requested and (
                 record.status is RunState.RUNNING) else ""
             return f"run {record.id} {status}{stopping}"
+        if job.state is JobState.FAILED and job.message:
+            return f"failed: {job.message}"
         return job.state.value
 
     def _update(self, sql: str, params: tuple) -> None:

@@ -60,7 +60,8 @@ class SweepSpec:
     def swept(self) -> tuple[str, ...]:
         return tuple(p.name for p in self.parameters)
 
-    def problems(self, *, compiled_model: bool = False) -> list[tuple[str, str]]:
+    def problems(self, *, compiled_model: bool = False,
+                 reported: frozenset[str] | None = None) -> list[tuple[str, str]]:
         """What keeps the sweep from starting, as (setting, message) like RunConfig's.
         `compiled_model`: the model file brings its own compiled optimizer."""
         found = []
@@ -82,6 +83,10 @@ class SweepSpec:
             found.append(("grace", f"the median rule waits at least {MIN_GRACE} epochs"))
         if not self.metric:
             found.append(("metric", "name the metric that ranks the trials, e.g. val_loss"))
+        elif reported is not None and self.metric not in reported:
+            found.append(("metric", f"the trials' epochs report {', '.join(sorted(reported))}, "
+                                    f"not {self.metric}: no trial could be ranked (or stopped "
+                                    "by the median rule)"))
         if compiled_model:
             found += self._compiled_problems()
         return found
@@ -100,8 +105,9 @@ class SweepSpec:
                 return parameter.values
         return (default,)
 
-    def check(self, *, compiled_model: bool = False) -> None:
-        found = self.problems(compiled_model=compiled_model)
+    def check(self, *, compiled_model: bool = False,
+              reported: frozenset[str] | None = None) -> None:
+        found = self.problems(compiled_model=compiled_model, reported=reported)
         if found:
             raise ConfigError(found)
 
@@ -242,4 +248,15 @@ def trial_problems(spec: SweepSpec, trials: Sequence[Trial]) -> list[tuple[str, 
             if problem not in known and problem not in found:
                 found[problem] = trial.label
     return [(field, f"trial {label}: {message}") for (field, message), label in found.items()]
+
+
+def reported_metrics(config: RunConfig, compiled_file: bool) -> frozenset[str] | None:
+    """The names a run's epochs report (the loss and the compiled metrics, each also as
+    `val_`), where the run compiles the model itself (the demo, a built-in, an uncompiled
+    file); None where only the built model can tell: a `.py` builder may compile it,
+    and a compiled file keeps its own metrics."""
+    if compiled_file or config.model.endswith(".py"):
+        return None
+    names = {"loss", *config.metrics}
+    return frozenset(names | {f"val_{name}" for name in names})
 
