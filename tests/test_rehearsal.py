@@ -111,5 +111,42 @@ def test_a_loss_that_cannot_take_the_labels_is_refused_before_the_run_exists(tmp
     assert message.startswith("Rehearsal before epoch 1 failed at the loss and metrics on "
                               "one batch of "), message
     assert "check the labels against the model's loss" in message
+    assert "for 3 outputs: a loss the app does not know may want them one-hot" in message
+    assert "np.eye(3)[y]" in message and ".." not in message
     assert not [e for e in events if e["type"] == "run_started"]
+    assert_left_nothing(tmp_path)
+
+
+def test_a_saved_files_custom_loss_that_cannot_take_the_labels_is_refused(tmp_path, capsys):
+    """Finding 13 as filed: a `.keras` compiled with a one-hot loss (its own, registered,
+    brought by --custom-objects), given integer labels, failed at the first step after
+    the folder and row existed. Saved files get the rehearsal's loss check as builders do."""
+    import keras
+
+    code = textwrap.dedent("""
+        import keras
+
+        @keras.saving.register_keras_serializable(package="lab")
+        def onehot_loss(y_true, y_pred):
+            return keras.ops.mean(keras.ops.sum(-y_true * keras.ops.log(y_pred + 1e-7), -1))
+
+        custom_objects = {"lab>onehot_loss": onehot_loss}
+    """)
+    (tmp_path / "custom_objects.py").write_text(code)
+    namespace: dict = {}
+    exec(code, namespace)  # registers the loss in this process, as the file does in the run
+    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(3, activation="softmax")])
+    model.compile("adam", namespace["onehot_loss"])
+    model.save(tmp_path / "saved.keras")
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "ints.npz", x_train=rng.normal(size=(32, 8)).astype(np.float32),
+             y_train=rng.integers(0, 3, 32))
+    code_ = cli.main(["train", "--model", str(tmp_path / "saved.keras"), "--custom-objects",
+                      str(tmp_path / "custom_objects.py"), "--data", str(tmp_path / "ints.npz"),
+                      "--epochs", "1", "--batch-per-replica", "8", "--cpu", "--replicas", "1",
+                      "--export", "none", "-o", str(tmp_path / "runs")])
+    err = capsys.readouterr().err
+    assert code_ == 2, err
+    assert "Rehearsal before epoch 1 failed at the loss and metrics" in err
+    assert "may want them one-hot" in err
     assert_left_nothing(tmp_path)

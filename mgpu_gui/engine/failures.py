@@ -270,7 +270,8 @@ def _code_failed(error: BaseException, where: Where) -> ModelCodeError:
             f"tf.numpy_function or tf.py_function. Training stopped. {where.kept()} "
             f"Fix the code, {where.then_go_on()}. {details}")
     return ModelCodeError(
-        f"Training failed {where.at()} with {type(error).__name__}: {_clip(str(error))}. "
+        f"Training failed {where.at()} with {type(error).__name__}: "
+        f"{_clip(str(error)).rstrip('.')}. "
         f"It was raised by code that runs during training, most likely the model's own "
         f"(custom layers, losses or metrics). {where.kept()} Fix the code, "
         f"{where.then_go_on()}. {details}")

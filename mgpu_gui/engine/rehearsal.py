@@ -30,6 +30,7 @@ import numpy as np
 
 from mgpu_gui.core.children.runner import ChildProcesses
 from mgpu_gui.core.config import RunConfig
+from mgpu_gui.core.datasets.inspection import LabelKind
 from mgpu_gui.core.errors import ExportError, RehearsalError, UserError
 from mgpu_gui.core.evaluation.heads import top_predictions
 from mgpu_gui.core.runs.folder import EXPORT_NAMES
@@ -145,6 +146,9 @@ def _loss_and_metrics(model: keras.Model, data: PreparedData, relabel: LabelMap 
     (as the pipeline gives them: `relabel`), repeated to fill every replica (an empty
     share breaks Conv2D and BatchNorm)."""
     rows = -(-max(len(data.x_sample), replicas) // replicas) * replicas
+    units = models.output_layer_info(model)[0]
+    if rows == units:  # labels (rows,) against outputs (rows, rows) would broadcast
+        rows += replicas
     index = np.resize(np.arange(len(data.x_sample)), rows)
     y = relabeled(np.asarray(data.y_sample), relabel, data.num_classes)
     try:
@@ -152,9 +156,14 @@ def _loss_and_metrics(model: keras.Model, data: PreparedData, relabel: LabelMap 
         # iterators on many CPU replicas deadlocked (64 on 2 cores, evaluate's reset).
         results = model.test_on_batch(data.x_sample[index], y[index], return_dict=True)
     except Exception as error:
+        hint = (f" The labels are class ids (one number per sample) for {units} outputs: a "
+                "loss the app does not know may want them one-hot; save them so "
+                f"(np.eye({units})[y]) or use a Keras loss by its name."
+                if data.label_kind is LabelKind.SPARSE and relabel is None and units
+                and units > 1 else "")
         raise _failed("the loss and metrics on " + where, error,
                       "The first training step would fail the same way: check the labels "
-                      "against the model's loss and metrics") from error
+                      "against the model's loss and metrics", hint) from error
     bad = sorted(k for k, v in results.items() if not math.isfinite(float(v)))
     if bad:
         raise RehearsalError(
@@ -187,11 +196,13 @@ def _heads(model: keras.Model, config: RunConfig, data: PreparedData, outputs: n
     return f"the evaluation reads it as {judged.meaning.describe()}"
 
 
-def _failed(stage: str, error: BaseException, consequence: str) -> RehearsalError:
+def _failed(stage: str, error: BaseException, consequence: str, hint: str = ""
+            ) -> RehearsalError:
     said = str(error).strip().splitlines()
+    first = said[0].rstrip(".") if said else ""
     return RehearsalError(f"Rehearsal before epoch 1 failed at {stage}: "
-                          f"{type(error).__name__}: {said[0] if said else ''}. {consequence}; "
-                          "nothing was trained.")
+                          f"{type(error).__name__}: {first}. {consequence}; "
+                          f"nothing was trained.{hint}")
 
 
 def _export_failed(fmt: str, model: keras.Model, error: ExportError) -> RehearsalError:
