@@ -481,6 +481,23 @@ def test_a_job_an_earlier_runner_died_starting_fails_instead_of_training_twice(t
     assert queue.get(other.id).state is JobState.QUEUED
 
 
+def test_queue_list_shows_a_run_whose_worker_died_with_its_runner_as_interrupted(
+        tmp_path, capsys):
+    """Issue 29, item 14: after a SIGKILL of the runner and its worker, `queue list` said
+    the dead run was "running" and its devices stayed held. The list reconciles first:
+    a running run whose lock nobody holds is interrupted, and holds nothing."""
+    store = RunStore()
+    queue = JobQueue(store)
+    job = queue.add(RunConfig(output_dir=str(tmp_path)), NO_GPU)
+    run = prepare_run(RunConfig(output_dir=str(tmp_path)), NO_GPU, store)
+    queue.mark_started(job.id, run.run_id)
+    run.release()  # the worker and its runner are gone: the lock with them
+    assert store.get(run.run_id).status is RunState.RUNNING
+    assert cli.main(["queue", "list", "--all"]) == 0
+    assert f"run {run.run_id} interrupted" in capsys.readouterr().out
+    assert claims.in_use(store.database, ())[0] == {}
+
+
 @pytest.mark.slow
 @pytest.mark.jax
 def test_a_queued_jax_job_claims_its_gpus_and_trains_on_the_jax_engine(fake_four, tiny_data,

@@ -19,7 +19,7 @@ from mgpu_gui.core.runs.queue import JobQueue, JobState, QueuedJob
 from mgpu_gui.core.runs.store import RunState, RunStore
 from mgpu_gui.core.sweeps.median import MEDIAN_STOPPED
 from mgpu_gui.core.sweeps.results import TrialStatus
-from mgpu_gui.core.sweeps.runner import SweepJudge, admitted, requeue_stopped_trials
+from mgpu_gui.core.sweeps.runner import SweepJudge, admitted, requeue_unfinished
 from mgpu_gui.core.sweeps.space import parse_parameter
 from mgpu_gui.core.sweeps.store import (
     cancel_sweep,
@@ -185,7 +185,7 @@ def test_cancel_drops_waiting_trials_and_stops_running_ones(store, base):
     assert record.cancelled and record.counts[TrialStatus.DROPPED] == 1
     # A user's stop is not a runner's exit: the next runner does not resume it.
     RunStore(store.path).set_status(JobQueue(store).get(running.id).run_id, RunState.STOPPED)
-    assert requeue_stopped_trials(store) == []
+    assert requeue_unfinished(store) == []
 
 
 def test_trials_a_runners_exit_stopped_wait_again_to_go_on(store, base):
@@ -194,9 +194,25 @@ def test_trials_a_runners_exit_stopped_wait_again_to_go_on(store, base):
     kept = trained(store, first, [0.5, 0.4], RunStatus.STOPPED)
     trained(store, second, [], status=None)
     store.set_status(JobQueue(store).get(second.id).run_id, RunState.INTERRUPTED)
-    requeued = {job.id: job for job in requeue_stopped_trials(store)}
+    requeued = {job.id: job for job in requeue_unfinished(store)}
     assert requeued[first.id].run_id == kept and requeued[first.id].waiting  # resumes
     assert requeued[second.id].run_id is None  # no epoch to keep: starts afresh
+
+
+def test_a_plain_job_a_runners_death_interrupted_waits_again_a_stopped_one_does_not(store,
+                                                                                    base):
+    """Issue 29, item 14: after a SIGKILL of the queue runner and its worker, a restarted
+    runner went on with sweep trials but dropped plain jobs. An interrupted plain job now
+    waits to resume from its last epoch; one the user stopped stays stopped."""
+    queue = JobQueue(store)
+    killed = queue.add(base, FOUR)
+    stopped = queue.add(base.replace(run_name="stopped"), FOUR)
+    kept = trained(store, killed, [0.5, 0.4], status=None)
+    store.set_status(kept, RunState.INTERRUPTED)
+    trained(store, stopped, [0.5], RunStatus.STOPPED)
+    (requeued,) = requeue_unfinished(store)
+    assert requeued.id == killed.id and requeued.run_id == kept and requeued.waiting
+    assert queue.get(stopped.id).state is JobState.STARTED
 
 
 def test_extending_queues_only_the_new_trials_and_the_estimate_times_by_past_runs(store, base):

@@ -57,6 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     store = open_store(args)
+    store.reconcile()  # a run whose worker died with its runner is not listed running
     queue = JobQueue(store)
     command = args.queue_command
     if command == "add":

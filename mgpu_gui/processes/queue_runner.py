@@ -36,7 +36,7 @@ from mgpu_gui.core.events import EpochEnd
 from mgpu_gui.core.runs import claims
 from mgpu_gui.core.runs.queue import JobQueue, QueuedJob, runner_lock_path, schedule
 from mgpu_gui.core.runs.store import RunState, RunStore
-from mgpu_gui.core.sweeps.runner import SweepJudge, admitted, requeue_stopped_trials
+from mgpu_gui.core.sweeps.runner import SweepJudge, admitted, requeue_unfinished
 from mgpu_gui.core.sweeps.store import sweep_tag
 
 POLL_S = 1.0
@@ -63,10 +63,11 @@ class QueueRunner:
         self.store.reconcile()  # runs an earlier runner left behind are interrupted
         for job in self.queue.fail_unfinished_starts():
             log.info("job %d: an earlier runner died while starting it", job.id)
-        for job in requeue_stopped_trials(self.store):
+        for job in requeue_unfinished(self.store):
             # Numbered from 1, as `sweep show` and the run names number trials.
-            log.info("job %d: sweep %d's trial %d waits to go on (run %s)", job.id,
-                     job.sweep_id, job.trial_index + 1, job.run_id)
+            what = ("" if job.sweep_id is None
+                    else f": sweep {job.sweep_id}'s trial {job.trial_index + 1}")
+            log.info("job %d%s waits to go on (run %s)", job.id, what, job.run_id)
         idle_since = time.monotonic()
         while not self.stopping.wait(POLL_S if self.workers or self.queue.waiting() else 0.2):
             self._forget_finished()

@@ -1,6 +1,6 @@
 """What the queue runner does for sweeps (the app may be closed): start no more of a
 sweep's trials at once than it allows, apply the median rule after each epoch of a
-running trial, and go on with trials a runner's exit stopped.
+running trial, and go on with trials (and plain jobs) a runner's end cut short.
 
 The runner process (`processes/queue_runner.py`) calls these; they read and write
 only the store, so they are tested without a runner.
@@ -51,17 +51,20 @@ def admitted(store: RunStore, waiting: Sequence[QueuedJob]
     return ready, held
 
 
-def requeue_stopped_trials(store: RunStore) -> list[QueuedJob]:
-    """For a runner starting up: trials of sweeps still going whose runs an earlier
-    runner's exit stopped or interrupted (no one asked for the stop) wait again, to resume
-    from their last complete epoch when their GPUs are free (a run with none starts
-    afresh; the stopped one stays in the Runs tab)."""
+def requeue_unfinished(store: RunStore) -> list[QueuedJob]:
+    """For a runner starting up: jobs whose runs an earlier runner's end cut short wait
+    again, to resume from their last complete epoch when their GPUs are free (a run with
+    none starts afresh; the cut-short one stays in the Runs tab). A sweep's trials go on
+    when its exit stopped them or its death interrupted them (no one asked for the
+    stop); a plain job when its death interrupted it (a stopped plain run is the user's
+    Stop: it stays stopped)."""
     queue = JobQueue(store)
     rows = store.database.db.execute(
-        "SELECT q.id, r.epochs_done FROM queue q JOIN runs r ON r.id = q.run_id JOIN sweeps s "
-        "ON s.id = q.sweep_id WHERE q.state = 'started' AND q.cancel_requested = 0 "
-        "AND s.cancelled = 0 AND r.status IN ('stopped', 'interrupted') AND r.resume_helps = 1"
-    ).fetchall()
+        "SELECT q.id, r.epochs_done FROM queue q JOIN runs r ON r.id = q.run_id "
+        "LEFT JOIN sweeps s ON s.id = q.sweep_id WHERE q.state = 'started' "
+        "AND q.cancel_requested = 0 AND r.resume_helps = 1 AND ("
+        "(s.id IS NOT NULL AND s.cancelled = 0 AND r.status IN ('stopped', 'interrupted')) "
+        "OR (q.sweep_id IS NULL AND r.status = 'interrupted'))").fetchall()
     for job_id, epochs_done in rows:
         queue.mark_waiting(job_id, RESUMING if epochs_done else "", forget_run=not epochs_done)
     return [queue.get(job_id) for job_id, _ in rows]
