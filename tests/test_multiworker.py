@@ -71,6 +71,35 @@ def test_a_port_in_use_is_named():
     check_port_free(port)  # free again
 
 
+def test_a_killed_non_chiefs_scratch_folder_is_removed_by_the_next_worker(tmp_path,
+                                                                          monkeypatch):
+    """Issue 29, item 14: a non-chief killed by SIGKILL left its `mgpu-worker-*` folder
+    (14 MB) behind. The next non-chief removes such folders: no run lock in them held,
+    and older than a minute (a worker starting now has not taken its lock yet)."""
+    import time
+
+    from mgpu_gui.cli.worker import SCRATCH_PREFIX, remove_stale_scratch
+    from mgpu_gui.core.runs.lock import RunLock
+
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))
+    folders = {}
+    for name in ("dead", "live", "young"):
+        run = tmp_path / f"{SCRATCH_PREFIX}{name}" / "20261127-120000-dense"
+        run.mkdir(parents=True)
+        RunLock.acquire(run).release()  # its run.lock, as a worker leaves it
+        folders[name] = run.parent
+    old = time.time() - 3600
+    for name in ("dead", "live"):
+        os.utime(folders[name], (old, old))
+    held = RunLock.acquire(folders["live"] / "20261127-120000-dense")
+    try:
+        assert remove_stale_scratch() == [folders["dead"]]
+    finally:
+        held.release()
+    assert not folders["dead"].exists() and folders["live"].exists()
+    assert folders["young"].exists()
+
+
 def test_settings_compare_by_content_not_by_machine(tmp_path):
     data = tmp_path / "a" / "d.npz"
     data.parent.mkdir()

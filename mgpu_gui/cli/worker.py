@@ -21,6 +21,7 @@ import dataclasses
 import shutil
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from mgpu_gui.cli.common import (
@@ -43,6 +44,10 @@ from mgpu_gui.core.runs.cluster import (
     resumable_run,
     write_cluster,
 )
+from mgpu_gui.core.runs.lock import is_live
+
+SCRATCH_PREFIX = "mgpu-worker-"  # a non-chief's run folder: the chief's is the one kept
+SCRATCH_GRACE_S = 60.0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -84,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
              f"({len(spec.workers)} workers); the chief continues after its last complete "
              f"epoch.")
     if not spec.is_chief:
-        scratch = Path(tempfile.mkdtemp(prefix="mgpu-worker-"))
+        remove_stale_scratch()
+        scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX))
         try:
             prepared = dataclasses.replace(
                 prepare_run(config.replace(output_dir=str(scratch)), inventory), temporary=True)
@@ -103,3 +109,22 @@ def run(args: argparse.Namespace) -> int:
         prepared = prepare_run(config, inventory, store)
     write_cluster(prepared.run_dir, spec)
     return supervise(prepared, args, store, again)
+
+
+def remove_stale_scratch(min_age_s: float = SCRATCH_GRACE_S) -> list[Path]:
+    """Remove the scratch folders of non-chief workers that could not remove their own
+    (killed by SIGKILL, a power cut): none of their runs' locks is held, and they are
+    older than `min_age_s` (a worker starting now has not taken its lock yet)."""
+    removed = []
+    for folder in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
+        try:
+            young = time.time() - folder.stat().st_mtime < min_age_s
+        except OSError:
+            continue
+        if young or not folder.is_dir() or any(is_live(run) for run in folder.iterdir()
+                                                if run.is_dir()):
+            continue
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder)
+    return removed
+
