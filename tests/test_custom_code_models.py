@@ -107,3 +107,10 @@ def test_a_model_with_its_own_rescaling_is_told_its_pixels_are_rescaled_twice(tm
     assert "Give --rescale 1" in out
     assert cli.main([*args, "--rescale", "1"]) == 0
     assert "rescales its inputs itself" not in capsys.readouterr().out
+    # An .npz of uint8 pixels is rescaled by the pipeline as a folder is: said too; float
+    # inputs are not rescaled, so nothing is said.
+    for dtype, said in ((np.uint8, True), (np.float32, False)):
+        x = rng.integers(0, 256, (12, 8, 8, 3)).astype(dtype)
+        np.savez(tmp_path / "pixels.npz", x_train=x, y_train=np.arange(12) % 2)
+        assert cli.main([*args[:4], str(tmp_path / "pixels.npz"), *args[7:]]) == 0
+        assert ("rescales its inputs itself" in capsys.readouterr().out) is said, dtype

@@ -15,9 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import keras
+import numpy as np
+
 from mgpu_gui.core.augment import parse_augment
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.datasets import batching
+from mgpu_gui.core.datasets.inspection import DataKind, read_npz_layout
 from mgpu_gui.core.engines import InputPipeline, pipeline_problems, resolve_pipeline
 from mgpu_gui.core.errors import ConfigError
 from mgpu_gui.engine.data_source import LabelMap, PreparedData
@@ -121,3 +125,26 @@ def _tf_batches(config: RunConfig, prepared: PreparedData, relabel: LabelMap | N
                                            epochs=epochs if training else None)
 
     return make
+
+
+def _rescales_pixels(config: RunConfig, prepared: PreparedData) -> bool:
+    """Whether the pipeline multiplies the inputs by the run's rescale: an image folder's
+    pixels, and an .npz's uint8 ones (its header says)."""
+    if prepared.kind is DataKind.NPZ:
+        return read_npz_layout(Path(config.data)).x_dtypes["x_train"] == np.uint8
+    return prepared.kind is DataKind.IMAGES
+
+
+def note_own_rescaling(config: RunConfig, model: keras.Model, prepared: PreparedData,
+                       log: Callable[[str], None]) -> None:
+    """A model that starts with its own Rescaling (as Keras' examples do) would get pixels
+    rescaled twice: say so, and how to feed it raw pixels."""
+    if not _rescales_pixels(config, prepared):
+        return
+    first = next((layer for layer in model.layers
+                  if not isinstance(layer, keras.layers.InputLayer)), None)
+    if isinstance(first, keras.layers.Rescaling) and config.input_rescale != 1.0:
+        log(f"Warning: the model rescales its inputs itself (its first layer, {first.name}, "
+            f"multiplies by {first.scale:g}), and the pipeline multiplies pixels by "
+            f"{config.input_rescale:g} before that: rescaled twice. Give --rescale 1 to "
+            "feed it raw pixels, as its own Rescaling expects.")

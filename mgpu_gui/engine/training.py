@@ -299,8 +299,7 @@ def prepare(config: RunConfig, strategy: tf.distribute.Strategy, log,
                                  prepared.class_names if prepared.kind is DataKind.IMAGES else ())
     _check_labels_for_loss(config, model)
     _check_mirrored(model, strategy, log)
-    if prepared.kind is DataKind.IMAGES:  # the pixels the pipeline rescales
-        _note_own_rescaling(config, model, log)
+    inputs.note_own_rescaling(config, model, prepared, log)
     relabel, note = models.label_mapper(models.loss_wants_onehot(model), prepared.label_kind,
                                         prepared.num_classes)
     if note:
@@ -328,18 +327,6 @@ def _check_labels_for_loss(config: RunConfig, model: keras.Model) -> None:
         content.check_built_labels(content.ContentRequest(
             data_sources(config), classifier=True,
             why=f"{Path(config.model).name} (loss {loss})"))
-
-
-def _note_own_rescaling(config: RunConfig, model: keras.Model, log) -> None:
-    """A model that starts with its own Rescaling (as Keras' examples do) would get pixels
-    rescaled twice: say so, and how to feed it raw pixels."""
-    first = next((layer for layer in model.layers
-                  if not isinstance(layer, keras.layers.InputLayer)), None)
-    if isinstance(first, keras.layers.Rescaling) and config.input_rescale != 1.0:
-        log(f"Warning: the model rescales its inputs itself (its first layer, {first.name}, "
-            f"multiplies by {first.scale:g}), and the pipeline multiplies pixels by "
-            f"{config.input_rescale:g} before that: rescaled twice. Give --rescale 1 to "
-            "feed it raw pixels, as its own Rescaling expects.")
 
 
 def _check_mirrored(model: keras.Model, strategy: tf.distribute.Strategy, log) -> None:
