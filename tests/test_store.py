@@ -135,9 +135,55 @@ def test_a_damaged_store_is_named_with_what_to_do_and_left_as_it_was(
     code = cli.main(["--store", str(path), *command])
     err = capsys.readouterr().err
     assert code == 2, err
-    assert f"The run store {path} is damaged" in err and ".recover" in err, err
+    assert f"The run store {path} is damaged" in err, err
+    assert f"mgpu-train doctor --repair-store --store {path}" in err, err
     assert "This is a bug" not in err and "unexpected" not in err
     assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("how", ["a broken page", "garbage header", "a text file"])
+def test_repair_store_keeps_the_damaged_file_and_salvages_its_rows(tmp_path, capsys, how):
+    """Issue 29, finding 9: `mgpu-train doctor --repair-store` moves the damaged store
+    aside untouched and makes a new one with what SQLite can read of it (its `.recover`,
+    or a dump where the sqlite3 program is missing); the app opens the result."""
+    from mgpu_gui.cli import main as cli
+
+    path = tmp_path / "runs.sqlite3"
+    with RunStore(path) as store:
+        for name in ("alpha", "beta", "gamma"):
+            store.add_run(create_run_dir(RunConfig(output_dir=str(tmp_path / "out"),
+                                                   run_name=name)), RunConfig(run_name=name))
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        pages = db.execute("PRAGMA page_count").fetchone()[0]
+    data = bytearray(path.read_bytes())
+    if how == "a broken page":  # the last page, an index's, overwritten
+        size = len(data) // pages
+        data[-size:] = b"\xff" * size
+        path.write_bytes(bytes(data))
+    elif how == "garbage header":
+        path.write_bytes(b"\x07" * 100 + bytes(data[100:]))
+    else:
+        path.write_text("runs I want to keep, as notes\n" * 200)
+    before = path.read_bytes()
+    assert cli.main(["doctor", "--repair-store", "--store", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert f"Repaired the run store {path}. The damaged store is kept as " in out, out
+    (kept,) = tmp_path.glob("runs.sqlite3.damaged-????????-??????")
+    assert kept.read_bytes() == before
+    with RunStore(path) as store:
+        names = sorted(record.name for record in store.runs())
+    if how == "a broken page" and shutil.which("sqlite3"):  # rows on intact pages are back
+        assert names and set(names) <= {f"{p.name}" for p in (tmp_path / "out").iterdir()}
+        assert f"{len(names)} runs" in out
+        assert "SQLite's .recover" in out or "SQLite's .dump" in out
+    elif how == "a broken page":  # Python's dump stops at the broken page
+        assert "a dump of its readable rows" in out
+    else:  # SQLite reads nothing without the header: the folders bring the runs back
+        assert names == [] and "no rows" in out
+        assert "give the folder to `mgpu-train runs note FOLDER ''`" in out
+    assert cli.main(["doctor", "--repair-store", "--store", str(path)]) == 0
+    assert "nothing to repair" in capsys.readouterr().out
 
 
 def test_network_filesystem_falls_back_from_wal(monkeypatch, tmp_path):

@@ -168,10 +168,10 @@ def unusable_store_message(path: Path, error: sqlite3.DatabaseError) -> str:
         return (f"The run store {path} cannot be written ({error}): it or its folder is "
                 f"read-only. Copy it to a writable folder and point {STORE_ENV} (or --store) "
                 "at the copy.")
-    return (f"The run store {path} is damaged ({error}); nothing was changed in it. Move it "
-            f"aside and keep it (SQLite's `sqlite3 {path.name} .recover` can salvage its "
-            f"rows); a new, empty store is made in its place at the next start. Or point "
-            f"{STORE_ENV} (or --store) at another store.")
+    return (f"The run store {path} is damaged ({error}); nothing was changed in it. "
+            f"`mgpu-train doctor --repair-store --store {path}` keeps it aside and salvages "
+            f"what rows it can into a new store; or point {STORE_ENV} (or --store) at "
+            "another store.")
 
 
 
