@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
 import sys
 
@@ -122,6 +123,49 @@ def test_a_binary_classifier_with_one_output_unit_is_judged_as_two_classes(
     assert result["classifier"]["accuracy"] == pytest.approx(float((predicted == binary).mean()))
     expected = keras.losses.BinaryCrossentropy(from_logits=head == "logit")(binary[:, None], raw)
     assert result["loss"] == pytest.approx(float(expected), rel=1e-4)
+
+
+def test_a_multi_label_head_is_judged_per_label_as_scikit_learn_does(capsys, tmp_path):
+    """Four sigmoid units trained with binary cross-entropy on multi-hot labels (a lab's
+    "which of these are in the picture"): once refused by evaluate after training. Each
+    label is said yes at 0.5; the per-label table, its micro/macro/weighted averages,
+    the subset accuracy and the Hamming loss equal scikit-learn's."""
+    import keras
+    from sklearn.metrics import accuracy_score, hamming_loss
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(120, 6)).astype(np.float32)
+    y = (x[:, :4] + 0.5 * rng.normal(size=(120, 4)) > 0).astype(np.float32)
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(4, activation="sigmoid")])
+    model.compile("adam", "binary_crossentropy")
+    keras.utils.set_random_seed(0)
+    model.fit(x, y, epochs=5, verbose=0)
+    model.save(tmp_path / "tags.keras")
+    np.savez(tmp_path / "tags.npz", x_train=x, y_train=y, x_test=x, y_test=y)
+    args = ["evaluate", str(tmp_path / "tags.keras"), "--data", str(tmp_path / "tags.npz"),
+            "--cpu", "--replicas", "1"]
+    assert cli.main([*args, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["classifier"] is None and result["regression"] is None
+    ours = result["multi_label"]
+    said = (model.predict(x, verbose=0) >= 0.5).astype(int)
+    expected = classification_report(y.astype(int), said, output_dict=True, zero_division=0)
+    for index, scores in enumerate(ours["per_label"]):
+        theirs = expected[str(index)]
+        assert [scores["precision"], scores["recall"], scores["f1"], scores["support"]] == (
+            pytest.approx([theirs["precision"], theirs["recall"], theirs["f1-score"],
+                           theirs["support"]], abs=1e-12))
+    for average in ("micro", "macro", "weighted"):
+        assert ours[average]["f1"] == pytest.approx(expected[f"{average} avg"]["f1-score"],
+                                                    abs=1e-12)
+    assert ours["subset_accuracy"] == pytest.approx(accuracy_score(y.astype(int), said))
+    assert ours["hamming_loss"] == pytest.approx(hamming_loss(y.astype(int), said))
+    assert result["loss"] == pytest.approx(float(np.mean(keras.losses.binary_crossentropy(
+        y, model.predict(x, verbose=0)))), rel=1e-5)
+    assert cli.main(args) == 0
+    out = capsys.readouterr().out
+    assert "every label right" in out and "micro avg" in out
+    assert re.search(r"^label +precision  recall", out, re.MULTILINE), out
 
 
 def test_bad_targets_are_refused_with_what_to_do(digits, capsys, tmp_path):

@@ -59,15 +59,19 @@ def run(args: argparse.Namespace) -> int:
     if run_id is not None and outcome.path is not None:  # the run's own data: its figures
         with open_store(args) as store:
             store.save_evaluation(run_id, result)
-    if args.csv is not None and result.classifier is not None:
+    table = result.classifier or result.multi_label
+    if args.csv is not None and table is not None:
         with open(args.csv, "w", newline="", encoding="utf-8") as handle:
             writer = csv.writer(handle)
             writer.writerow(report.CSV_HEADER)
-            writer.writerows(report.csv_rows(result.classifier))
+            writer.writerows(report.csv_rows(table))
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
         return 0
     print(report.summary(result))
+    if result.multi_label is not None:
+        print()
+        print(report.class_table(result.multi_label))
     if result.classifier is not None:
         print()
         print(report.class_table(result.classifier))

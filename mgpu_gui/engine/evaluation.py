@@ -56,8 +56,8 @@ def evaluate(request: EvaluateRequest, strategy: tf.distribute.Strategy,
     result = EvaluationResult(
         model=str(request.model), data=config.data, split=split, samples=samples,
         loss=judged.loss, classifier=judged.classifier, regression=judged.regression,
-        seconds=round(time.monotonic() - started, 3))
-    if judged.classifier is None:
+        seconds=round(time.monotonic() - started, 3), multi_label=judged.multi_label)
+    if judged.regression is not None:
         log("The model does not classify (its loss predicts values): MAE and MSE instead of "
             "a confusion matrix.")
     path = None

@@ -17,8 +17,10 @@ from mgpu_gui.core.errors import ModelError
 from mgpu_gui.core.evaluation.heads import Head, OutputMeaning, class_probabilities, meaning_of
 from mgpu_gui.core.evaluation.metrics import (
     ClassifierMetrics,
+    MultiLabelMetrics,
     RegressionMetrics,
     classifier_metrics,
+    multi_label_metrics,
     regression_metrics,
 )
 from mgpu_gui.core.runs.preflight import loss_is_classifier
@@ -34,19 +36,24 @@ class Judgement:
     outputs: np.ndarray  # one probability per class for a classifier
     classifier: ClassifierMetrics | None
     regression: RegressionMetrics | None
+    multi_label: MultiLabelMetrics | None = None
 
 
 def judge(model: keras.Model, name: str, labels: np.ndarray, outputs: np.ndarray,
           kind: LabelKind, num_classes: int | None,
           class_names: tuple[str, ...] | None) -> Judgement:
-    """`outputs` (one row per sample) against `labels`; a ModelError for a head the
-    evaluation cannot judge yet (several independent labels), naming `name`."""
+    """`outputs` (one row per sample) against `labels`, by the model's head: exclusive
+    classes, independent labels or values. `name` names the model in a ModelError."""
     loss = _loss(model, labels, outputs, kind, num_classes)
     meaning = _meaning(model, outputs, kind)
     if meaning.head is Head.MULTI_LABEL:
-        raise ModelError(f"{name} has a multi-label head ({meaning.describe()}); the "
-                         "evaluation judges exclusive classes and values, not yet "
-                         "independent labels.")
+        if np.shape(labels) != np.shape(outputs):
+            raise ModelError(f"{name} gives {np.shape(outputs)[1:]} outputs per sample for "
+                             f"labels of shape {np.shape(labels)[1:]}: a multi-label head "
+                             "has one output per label.")
+        probabilities = class_probabilities(outputs, meaning)
+        return Judgement(loss, meaning, labels, probabilities, None, None,
+                         multi_label_metrics(labels, probabilities, class_names))
     if meaning.head is Head.VALUES:
         return Judgement(loss, meaning, labels, outputs, None,
                          regression_metrics(labels, outputs))

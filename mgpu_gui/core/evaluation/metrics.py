@@ -95,6 +95,66 @@ def classifier_metrics(labels: np.ndarray, probabilities: np.ndarray,
     )
 
 
+@dataclass(frozen=True)
+class MultiLabelMetrics:
+    """Independent yes/no labels, each said yes at a probability of `threshold`: per label
+    and averaged as scikit-learn's `classification_report` does on multi-hot arrays
+    (micro: over every label decision), with its `accuracy_score` (every label of a
+    sample right) and `hamming_loss` (the share of label decisions wrong)."""
+
+    label_names: tuple[str, ...]
+    per_label: tuple[Scores, ...]  # support: the samples that have the label
+    micro: Scores
+    macro: Scores
+    weighted: Scores
+    subset_accuracy: float
+    hamming_loss: float
+    samples: int
+    threshold: float = 0.5
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> MultiLabelMetrics:
+        scores = {key: Scores(**data[key]) for key in ("micro", "macro", "weighted")}
+        return cls(label_names=tuple(data["label_names"]),
+                   per_label=tuple(Scores(**s) for s in data["per_label"]), **scores,
+                   subset_accuracy=data["subset_accuracy"], hamming_loss=data["hamming_loss"],
+                   samples=data["samples"], threshold=data["threshold"])
+
+
+def multi_label_metrics(labels: np.ndarray, probabilities: np.ndarray,
+                        label_names: tuple[str, ...] | None = None,
+                        threshold: float = 0.5) -> MultiLabelMetrics:
+    """Figures of `probabilities` (samples x labels, each in 0..1) against multi-hot
+    `labels` of the same shape."""
+    truth = np.asarray(labels).reshape(len(labels), -1) > 0.5
+    said = np.asarray(probabilities).reshape(truth.shape) >= threshold
+    samples, count = truth.shape
+    names = (label_names if label_names and len(label_names) == count
+             else tuple(str(i) for i in range(count)))
+    hits = (truth & said).sum(axis=0).astype(np.float64)
+    support = truth.sum(axis=0)
+    precision, recall = _ratio(hits, said.sum(axis=0)), _ratio(hits, support)
+    f1 = _ratio(2 * precision * recall, precision + recall)
+    micro_p = float(_ratio(hits.sum(), said.sum()))
+    micro_r = float(_ratio(hits.sum(), support.sum()))
+    micro_f = float(_ratio(2 * micro_p * micro_r, micro_p + micro_r))
+    weights = support / max(int(support.sum()), 1)
+    total = int(support.sum())
+    return MultiLabelMetrics(
+        label_names=tuple(names),
+        per_label=tuple(Scores(float(p), float(r), float(f), int(n))
+                        for p, r, f, n in zip(precision, recall, f1, support, strict=True)),
+        micro=Scores(micro_p, micro_r, micro_f, total),
+        macro=Scores(float(precision.mean()), float(recall.mean()), float(f1.mean()), total),
+        weighted=Scores(float(precision @ weights), float(recall @ weights),
+                        float(f1 @ weights), total),
+        subset_accuracy=float((truth == said).all(axis=1).mean()),
+        hamming_loss=float((truth != said).mean()), samples=int(samples), threshold=threshold)
+
+
 def top_k_accuracy(labels: np.ndarray, probabilities: np.ndarray, k: int = TOP_K) -> float:
     """The share of samples whose true class is among their k most probable."""
     best = np.argpartition(-probabilities, k - 1, axis=1)[:, :k]

@@ -17,7 +17,11 @@ from typing import Any
 import numpy as np
 
 from mgpu_gui.core.errors import DataError
-from mgpu_gui.core.evaluation.metrics import ClassifierMetrics, RegressionMetrics
+from mgpu_gui.core.evaluation.metrics import (
+    ClassifierMetrics,
+    MultiLabelMetrics,
+    RegressionMetrics,
+)
 from mgpu_gui.core.evaluation.samples import SampleOrigins
 
 RESULT_FILE = "evaluation.json"
@@ -60,6 +64,7 @@ class EvaluationResult:
     classifier: ClassifierMetrics | None = None
     regression: RegressionMetrics | None = None
     seconds: float = 0.0
+    multi_label: MultiLabelMetrics | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -69,12 +74,14 @@ class EvaluationResult:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EvaluationResult:
         classifier, regression = data.get("classifier"), data.get("regression")
+        multi_label = data.get("multi_label")
         return cls(
             model=data["model"], data=data["data"], split=Split(data["split"]),
             samples=data["samples"], loss=data["loss"],
             classifier=None if classifier is None else ClassifierMetrics.from_dict(classifier),
             regression=None if regression is None else RegressionMetrics(**regression),
-            seconds=data.get("seconds", 0.0))
+            seconds=data.get("seconds", 0.0),
+            multi_label=None if multi_label is None else MultiLabelMetrics.from_dict(multi_label))
 
     def save(self, folder: Path, labels: np.ndarray, outputs: np.ndarray,
              origins: SampleOrigins) -> Path:

@@ -274,6 +274,16 @@ class EvaluationDialog(QDialog):
         summary.setWordWrap(True)
         summary.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         layout.addWidget(summary)
+        labels = loaded.result.multi_label
+        if labels is not None:
+            layout.addWidget(QLabel(
+                f"Independent labels, each said yes at a probability of {labels.threshold:g} "
+                "or more: per label, and averaged over every decision (micro) or every "
+                "label (macro, weighted by support).", self.results))
+            self.scores = _scores_table(self.results, report.csv_rows(labels),
+                                        "Per-label precision, recall, F1, support")
+            layout.addWidget(self.scores, 1)
+            return
         metrics = loaded.result.classifier
         if metrics is None:
             layout.addWidget(QLabel("This model does not classify (its loss predicts values): "
@@ -311,13 +321,8 @@ class EvaluationDialog(QDialog):
 
     def _tables_side(self, metrics: ClassifierMetrics) -> QWidget:
         side = QWidget(self.results)
-        self.scores = _table(side, SCORE_COLUMNS, "Per-class precision, recall, F1, support")
-        rows = report.csv_rows(metrics)
-        self.scores.setRowCount(len(rows))
-        for r, (name, precision, recall, f1, support) in enumerate(rows):
-            for c, value in enumerate((name, f"{precision:.3f}", f"{recall:.3f}", f"{f1:.3f}",
-                                       str(support))):
-                self.scores.setItem(r, c, QTableWidgetItem(value))
+        self.scores = _scores_table(side, report.csv_rows(metrics),
+                                    "Per-class precision, recall, F1, support")
         loaded = self.loaded
         assert loaded is not None
         self.cell = CellSamples(loaded.samples, side)
@@ -380,6 +385,17 @@ class EvaluationDialog(QDialog):
         run = self.subject.run_dir
         install_export(plot, lambda: run.path if run is not None else None)
         return plot
+
+
+def _scores_table(parent: QWidget, rows: list[tuple[str, float, float, float, int]],
+                  name: str) -> QTableWidget:
+    table = _table(parent, SCORE_COLUMNS, name)
+    table.setRowCount(len(rows))
+    for r, (label, precision, recall, f1, support) in enumerate(rows):
+        for c, value in enumerate((label, f"{precision:.3f}", f"{recall:.3f}", f"{f1:.3f}",
+                                   str(support))):
+            table.setItem(r, c, QTableWidgetItem(value))
+    return table
 
 
 def _table(parent: QWidget, columns: tuple[str, ...], name: str) -> QTableWidget:
