@@ -12,7 +12,11 @@ import numpy as np
 from PySide6.QtWidgets import QProgressBar
 
 from mgpu_gui.core.config import RunConfig
-from mgpu_gui.core.evaluation.metrics import classifier_metrics, regression_metrics
+from mgpu_gui.core.evaluation.metrics import (
+    classifier_metrics,
+    multi_label_metrics,
+    regression_metrics,
+)
 from mgpu_gui.core.evaluation.result import PREDICTIONS_FILE, EvaluationResult, Split
 from mgpu_gui.core.evaluation.samples import SampleOrigins
 from mgpu_gui.core.events import EpochEnd, PredictionsMade
@@ -148,6 +152,23 @@ def test_a_regression_model_gets_its_errors_and_residuals(qtbot, store, tmp_path
     dialog = opened(qtbot, record, store)
     text = " ".join(label.text() for label in dialog.results.findChildren(type(dialog.status)))
     assert "MAE 0.1" in text and "does not classify" in text
+    assert not hasattr(dialog, "matrix")
+
+
+def test_a_multi_label_model_gets_its_per_label_table(qtbot, store, tmp_path):
+    record = a_run(store, tmp_path)
+    labels = np.array([[1, 0, 1], [0, 1, 0], [1, 1, 0], [0, 0, 1]] * 5, dtype=np.float32)
+    outputs = np.clip(labels * 0.8 + 0.1, 0, 1)
+    outputs[0, 1] = 0.9  # one wrong "yes"
+    result = EvaluationResult("model.keras", "tags.npz", Split.VALIDATION, 20, 0.2,
+                              multi_label=multi_label_metrics(labels, outputs))
+    keep(record, store, result, labels, outputs, pictures(tmp_path, 20))
+    dialog = opened(qtbot, record, store)
+    text = " ".join(label.text() for label in dialog.results.findChildren(type(dialog.status)))
+    assert "every label right 95.00%" in text and "Independent labels" in text
+    rows = [dialog.scores.item(r, 0).text() for r in range(dialog.scores.rowCount())]
+    assert rows == ["0", "1", "2", "micro avg", "macro avg", "weighted avg"]
+    assert dialog.scores.item(1, 1).text() == "0.909"  # label 1: 10 right of 11 said yes
     assert not hasattr(dialog, "matrix")
 
 
