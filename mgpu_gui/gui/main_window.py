@@ -71,6 +71,7 @@ from mgpu_gui.gui.widgets import wheel_guard
 from mgpu_gui.gui.widgets.error_banner import ErrorBanner
 from mgpu_gui.gui.widgets.form_scroll import FormScrollArea
 from mgpu_gui.gui.widgets.notifier import Notifier
+from mgpu_gui.gui.widgets.plots_first import PlotsFirstSplitter
 from mgpu_gui.gui.widgets.resume_offer import ResumeOffer, StoreReconciler
 from mgpu_gui.gui.widgets.screen_fit import fit_to_screen, room_on_screen
 from mgpu_gui.gui.window_actions import WindowActions
@@ -153,22 +154,9 @@ class MainWindow(WindowActions, ToolDialogs, SweepActions, RunHistory, ExportAct
         right_layout.setContentsMargins(0, 0, 0, 0)
         right_layout.addWidget(self.banner)
         right_layout.addWidget(self.resume_offer)
-        lower = QSplitter(Qt.Orientation.Vertical)
-        lower.addWidget(self.curves)
-        lower.addWidget(self.progress)
-        lower.addWidget(self.log)
-        lower.setStretchFactor(0, 3)
-        lower.setStretchFactor(2, 1)
-        lower.setSizes([520, self.progress.sizeHint().height(), 180])
-        # No drag hides the plots, the progress bars or the tabs: each keeps its minimum
-        # size; the handles are wide lines, easy to find.
-        lower.setChildrenCollapsible(False)
-        lower.setHandleWidth(max(lower.handleWidth(), 7))
-        lower.setObjectName("lowerSplitter")
-        lower.setStyleSheet("#lowerSplitter::handle { background: palette(mid); "
-                            "margin: 2px 0; }")
-        self.lower_splitter = lower
-        right_layout.addWidget(lower)
+        self.lower_splitter = PlotsFirstSplitter(self.curves, self.progress, self.log,
+                                                 self.curves.readable_height)
+        right_layout.addWidget(self.lower_splitter)
 
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
         self.splitter.addWidget(left)
@@ -394,12 +382,14 @@ class MainWindow(WindowActions, ToolDialogs, SweepActions, RunHistory, ExportAct
         state = settings.value("window/splitter")
         if isinstance(state, QByteArray):
             self.splitter.restoreState(state)
+        self.lower_splitter.restore_state(settings.value("window/lower_splitter"))
         self.run_setup.restore_settings(settings)
 
     def _save_settings(self) -> None:
         settings = QSettings()
         settings.setValue("window/geometry", self.saveGeometry())
         settings.setValue("window/splitter", self.splitter.saveState())
+        settings.setValue("window/lower_splitter", self.lower_splitter.save_state())
         self.run_setup.save_settings(settings)
 
     def confirm_stop_on_close(self) -> bool:

@@ -33,7 +33,7 @@ LONG_DATA = f"{PROJECT}/data/imagenet_subset_224px_train_and_validation_arrays.n
 LONG_OUTPUT = f"{PROJECT}/runs/learning-rate-sweep-with-linear-scaling-and-warmup"
 GPU_NAMES = ("NVIDIA H100 80GB HBM3",) * 4
 OWN_PID = 4242
-VIEWS = ("window size", "run setup", "GPU panel", "rest of the window", "About",
+VIEWS = ("window size", "run setup", "GPU panel", "curves", "rest of the window", "About",
          "Check my setup", "Train across machines", "Compare runs", "Scaling test",
          "Find batch size", "Evaluation", "Data view", "Augmentation preview")
 
@@ -172,6 +172,49 @@ def progress_problems(window) -> list[Problem]:
             found.append({"region": "rest of the window", "widget": bar.accessibleName(),
                           "check": "progress bar",
                           "detail": f"visible {bar.isVisible()}, {bar.height()} px tall"})
+    return found
+
+
+PLOT_MIN_PX = 120  # of data height per plot (issue 30): curves stay readable
+
+
+def plot_problems(window) -> list[Problem]:
+    """Every visible plot: at least PLOT_MIN_PX of data height, inside the window, and
+    its axis titles whole (inside the plot, not cut)."""
+    import pyqtgraph as pg
+    from PySide6.QtCore import QPoint, QRectF
+
+    found = []
+    inside = window.rect()
+    for widget in window.curves.findChildren(pg.PlotWidget):
+        if not widget.isVisible():
+            continue
+        name = widget.accessibleName() or "a plot"
+
+        def problem(check: str, detail: str, name=name) -> None:
+            found.append({"region": "curves", "widget": name, "check": check,
+                          "detail": detail})
+
+        item = widget.getPlotItem()
+        data = item.getViewBox().sceneBoundingRect()
+        if data.height() < PLOT_MIN_PX:
+            problem("plot height", f"{data.height():.0f} px of data, needs {PLOT_MIN_PX}")
+        corner = widget.mapTo(window, QPoint(0, 0))
+        if not inside.contains(corner) or corner.x() + widget.width() > inside.width() \
+                or corner.y() + widget.height() > inside.height():
+            problem("inside the window", f"at {corner.x()},{corner.y()} "
+                    f"{widget.width()}x{widget.height()} in {inside.width()}x{inside.height()}")
+        area = QRectF(0, 0, widget.width(), widget.height())
+        for side in ("left", "bottom"):
+            label = item.getAxis(side).label
+            if not item.getAxis(side).isVisible() or not label.toPlainText():
+                continue
+            margin = label.document().documentMargin()  # blank around the text
+            box = label.sceneBoundingRect().adjusted(margin, margin, -margin, -margin)
+            if not label.isVisible() or not area.contains(box):
+                problem("axis title", f"the {side} title '{label.toPlainText()}' at "
+                        f"{box.x():.0f},{box.y():.0f} {box.width():.0f}x{box.height():.0f} "
+                        f"is cut ({widget.width()}x{widget.height()} plot)")
     return found
 
 
@@ -321,7 +364,9 @@ def main(width: int, height: int) -> dict[str, list[Problem]]:
     region_of = window_regions(window)
 
     def check_main(note: str) -> None:
-        for problem in check_window(window, region_of) + progress_problems(window):
+        # The plots first, as the window opens: the tab checks below open the folded tabs.
+        for problem in (plot_problems(window) + check_window(window, region_of)
+                        + progress_problems(window)):
             problem["detail"] = note + problem["detail"]
             report[problem["region"]].append(problem)
 
@@ -336,6 +381,7 @@ def main(width: int, height: int) -> dict[str, list[Problem]]:
     # The new devices schedule a check of the setup (a timer), whose real problems would
     # replace the longest ones at some moment during the checks: fill it again, at once.
     fill_run_setup(window)
+    window.lower_splitter.fold()  # the checks above opened the tabs
     settle()
     check_main("no driver: ")
     window.close()

@@ -37,6 +37,7 @@ from mgpu_gui.gui.widgets.plots import (
     EdgeViewBox,
     batch_curve,
     color_plot,
+    fold_title,
     style_plot,
     thin_when_dense,
 )
@@ -48,6 +49,9 @@ from mgpu_gui.gui.widgets.telemetry_plot import TelemetryPlot
 REFRESH_MS = 25
 SMOOTHING = 0.6
 WALL_PLOT_MIN_WIDTH = 140
+TITLE_ROOM_PX = 190  # a plot row shorter than this shows no title row
+READABLE_DATA_PX = 120  # of data height per plot: less, and the tabs start folded
+AXIS_ROW_PX = 44  # a plot's x axis (ticks and title) and the grid's spacing
 X_LABELS = {XAxis.EPOCH: "epoch", XAxis.STEP: "step (batches)", XAxis.WALL: "time (min)"}
 
 
@@ -73,6 +77,7 @@ class CurvesPanel(QWidget):
         self._store = SeriesStore(SMOOTHING)
         self._log_y = False
         self._x_axis = XAxis.EPOCH
+        self._rows = 2  # rows of plots (_relayout)
         self._build_controls()
         self._grid = QGridLayout()
         self._grid.setSpacing(4)
@@ -292,10 +297,10 @@ class CurvesPanel(QWidget):
         row = QHBoxLayout(self._wall_plots)
         row.setContentsMargins(0, 0, 0, 0)
         row.setSpacing(self._grid.spacing())
-        for widget in (self._lr_plot, self._rate_plot, self._telemetry.widget):
-            widget.setMaximumHeight(220)
         for widget in (self._rate_plot, self._telemetry.widget):
             widget.setMinimumWidth(WALL_PLOT_MIN_WIDTH)  # two where one metric plot is
+            # Half as many time ticks: at this width pyqtgraph's ran together ("0.20.40.6").
+            widget.getAxis("bottom").setTickDensity(0.5)
             row.addWidget(widget)
 
     def _make_shell(self, title: str = "") -> FamilyPlot:
@@ -323,6 +328,30 @@ class CurvesPanel(QWidget):
         self._families.sort(key=_family_rank)
         self._relayout()
 
+    def readable_height(self) -> int:
+        """The height under which a plot would show less than READABLE_DATA_PX of data
+        (titles folded, rows equal)."""
+        return self._controls.sizeHint().height() + self._rows * (READABLE_DATA_PX
+                                                                   + AXIS_ROW_PX)
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        super().resizeEvent(event)
+        self._fit_titles()
+
+    def _fit_titles(self) -> None:
+        """Plots shorter than TITLE_ROOM_PX give their title row to the data, and every
+        row gets the same height (a laptop screen at 125 %: 1024x576 logical); each y
+        axis's title still names its plot. Taller, the metric plots get more height than
+        the learning rate and throughput row."""
+        available = self.height() - self._controls.sizeHint().height()
+        shortest = available * 2 / (3 * (self._rows - 1) + 2)  # the last row, at 3:2
+        fold = self.height() > 0 and shortest < TITLE_ROOM_PX
+        for widget in self.findChildren(pg.PlotWidget):
+            fold_title(widget.getPlotItem(), fold)
+        last = self._rows - 1
+        for row in range(self._rows):
+            self._grid.setRowStretch(row, 1 if fold else (3 if row < last else 2))
+
     def _relayout(self) -> None:
         shown = [self._plots[f].widget for f in self._families] or [
             spare.widget for spare in self._spares[:2]]
@@ -338,8 +367,8 @@ class CurvesPanel(QWidget):
         half = columns // 2
         self._grid.addWidget(self._lr_plot, last, 0, 1, half)
         self._grid.addWidget(self._wall_plots, last, half, 1, columns - half)
-        for row in range(last + 1):
-            self._grid.setRowStretch(row, 3 if row < last else 2)
+        self._rows = last + 1
+        self._fit_titles()
         for column in range(3):  # equal, whatever the wall plots' width hints say
             self._grid.setColumnStretch(column, int(column < columns))
 

@@ -108,7 +108,7 @@ class ProgressPanel(QWidget):
         self.epoch_eta_label = QLabel()
         self.total_eta_label = QLabel()
         for label in (self.epoch_eta_label, self.total_eta_label):
-            label.setMinimumWidth(120)
+            label.setMinimumWidth(label.fontMetrics().horizontalAdvance("ETA 59 m 59 s"))
         self.status_label = QLabel()
         self.status_label.setAccessibleName("Run status")
         self.status_label.setToolTip(
@@ -119,16 +119,17 @@ class ProgressPanel(QWidget):
             "replica gets a full share (reshuffled, so not the same samples each epoch).")
         self.status_label.setWordWrap(True)
         self.diagnosis_label = VerdictLabel()
-        layout.addWidget(self.epoch_label, 0, 0)
-        layout.addWidget(self.epoch_bar, 0, 1)
-        layout.addWidget(self.epoch_eta_label, 0, 2)
-        layout.addWidget(self.total_label, 1, 0)
-        layout.addWidget(self.total_bar, 1, 1)
-        layout.addWidget(self.total_eta_label, 1, 2)
-        layout.addWidget(self.status_label, 2, 0, 1, 3)
-        layout.addWidget(self.diagnosis_label, 3, 0, 1, 3)
-        layout.setColumnStretch(1, 1)
-        layout.setRowStretch(4, 1)  # given more height (a splitter drag), the rows stay on top
+        # The two bars side by side: one row less under the plots, which a laptop screen's
+        # height needs (issue 30: 1024x576 logical).
+        for column, widget in enumerate((self.epoch_label, self.epoch_bar, self.epoch_eta_label,
+                                         self.total_label, self.total_bar,
+                                         self.total_eta_label)):
+            layout.addWidget(widget, 0, column)
+        layout.addWidget(self.status_label, 1, 0, 1, 6)
+        layout.addWidget(self.diagnosis_label, 2, 0, 1, 6)
+        layout.setColumnStretch(1, 3)  # "100 % · 100/100 steps" needs more than "100 %"
+        layout.setColumnStretch(4, 2)
+        layout.setRowStretch(3, 1)  # given more height (a splitter drag), the rows stay on top
         self.reset()
 
     @staticmethod

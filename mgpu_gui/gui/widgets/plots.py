@@ -13,6 +13,7 @@ from mgpu_gui.gui.theme import PlotColors
 EDGE_PX = 14
 # Room right of a plot for half of its last tick label ("1000" at the right end).
 RIGHT_MARGIN_PX = 10
+TITLE_ROW_PX = 30  # pyqtgraph's title row
 
 
 class EdgeViewBox(pg.ViewBox):
@@ -64,7 +65,9 @@ def style_plot(widget: pg.PlotWidget, left: str) -> None:
     view.setRange(xRange=(0, 1), yRange=(0, 1), padding=0.04)
     view.enableAutoRange()  # no data yet: the range stays until the first curve
     view.setAutoVisible(y=True)  # y fits the visible x range when zoomed
-    widget.setMinimumSize(220, 150)
+    # Short enough that opened tabs (the Runs table) fit under the plots on a 1024x576
+    # screen; folded, the tabs leave the plots their room (widgets/plots_first.py).
+    widget.setMinimumSize(220, 90)
 
 
 def keep_edges_whole(item: pg.PlotItem) -> None:
@@ -87,6 +90,17 @@ def color_plot(widget: pg.PlotWidget, colors: PlotColors, title_size: str = "11p
     title = item.titleLabel.text
     if title:
         widget.setTitle(title, color=colors.text, size=title_size)
+
+
+def fold_title(item: pg.PlotItem, fold: bool) -> None:
+    """Hide the title row of a plot too short to spare it (its y axis's title names it
+    too), or show it again: the text is kept either way."""
+    if fold == (not item.titleLabel.isVisible()):
+        return
+    height = 0 if fold else TITLE_ROW_PX
+    item.titleLabel.setVisible(not fold)
+    item.titleLabel.setMaximumHeight(height)
+    item.layout.setRowFixedHeight(0, height)
 
 
 def batch_curve(pen: QPen | None) -> pg.PlotDataItem:

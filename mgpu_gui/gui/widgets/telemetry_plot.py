@@ -35,7 +35,7 @@ class TelemetryPlot:
     def __init__(self, colors: PlotColors) -> None:
         self.widget = pg.PlotWidget()
         self.widget.setAccessibleName("Device telemetry plot")
-        style_plot(self.widget, "%")
+        style_plot(self.widget, "devices %")  # named by its axis too: a short plot folds its title
         self.widget.setTitle(TITLE, size="10pt")
         view = self.widget.getPlotItem().getViewBox()
         view.enableAutoRange(x=False)  # x follows the throughput plot it is linked to
