@@ -376,6 +376,32 @@ def test_early_stopping_reduce_lr_and_tensorboard(hosts, files, tmp_path):
     assert any(run_dir.tensorboard.rglob("*tfevents*"))
 
 
+def test_a_regression_model_trains_on_targets_above_one(hosts, tmp_path):
+    """The zoo's regression MLP (one linear unit, MSE, targets 0-10) was refused before
+    training: "the labels go up to 9 (10 classes), but the model's output has 1 unit(s)".
+    Labels index the outputs only under a classification loss."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(96, 4)).astype(np.float32)
+    y = (x @ np.array([2.0, -1.0, 0.5, 3.0]) + 5).clip(0, 10).round().astype(np.float32)
+    np.savez(tmp_path / "values.npz", x_train=x, y_train=y)
+    (tmp_path / "mlp.py").write_text(textwrap.dedent("""
+        import keras
+
+        def build_model(input_shape, num_classes):
+            model = keras.Sequential([keras.Input(input_shape),
+                                      keras.layers.Dense(8, activation="relu"),
+                                      keras.layers.Dense(1)])
+            model.compile("adam", "mean_squared_error", metrics=["mae"])
+            return model
+    """))
+    run_dir = start({"data": tmp_path / "values.npz"}, 2, tmp_path / "mlp.py", tmp_path,
+                    epochs=2, metrics=())
+    code, events = hosts(2).run(run_dir.path)
+    assert code == 0, only(events, RunFailed)
+    losses = [e.metrics["loss"] for e in only(events, EpochEnd)]
+    assert len(losses) == 2 and "val_mae" in only(events, EpochEnd)[-1].metrics
+
+
 def test_nan_loss_fails_clearly_and_saves_no_nan_weights(hosts, files, tmp_path):
     run_dir = start(files, 2, files["dense"], tmp_path, optimizer="sgd", learning_rate=1e12)
     code, events = hosts(2).run(run_dir.path)

@@ -17,7 +17,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from mgpu_gui.core.datasets.inspection import DataKind, class_ids
+from mgpu_gui.core.datasets.inspection import DataKind, LabelKind, class_ids
 from mgpu_gui.core.errors import ModelError
 from mgpu_gui.core.evaluation.result import EvaluationResult, Split, choose_split
 from mgpu_gui.core.evaluation.samples import SampleOrigins
@@ -74,7 +74,8 @@ def _class_names(model: keras.Model, prepared: data_mod.PreparedData
     outputs count them then."""
     units = models.output_layer_info(model)[0]
     models.check_model_fits_data(model, prepared.input_shape, prepared.num_classes,
-                                 prepared.label_max,
+                                 prepared.label_max if prepared.label_kind is LabelKind.SPARSE
+                                 else None,
                                  prepared.class_names if prepared.kind is DataKind.IMAGES else ())
     names = tuple(prepared.class_names) or None
     if names and prepared.kind is DataKind.NPZ and units and units > max(len(names), 2):

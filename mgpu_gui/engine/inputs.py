@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import keras
 import numpy as np
 
 from mgpu_gui.core.augment import parse_augment
@@ -135,10 +134,14 @@ def _rescales_pixels(config: RunConfig, prepared: PreparedData) -> bool:
     return prepared.kind is DataKind.IMAGES
 
 
-def note_own_rescaling(config: RunConfig, model: keras.Model, prepared: PreparedData,
+def note_own_rescaling(config: RunConfig, model: Any, prepared: PreparedData,
                        log: Callable[[str], None]) -> None:
     """A model that starts with its own Rescaling (as Keras' examples do) would get pixels
     rescaled twice: say so, and how to feed it raw pixels."""
+    # Here, not at the top: the worker imports this module before its device settings
+    # (KERAS_BACKEND, the visible devices), which Keras reads once, when it is imported.
+    import keras
+
     if not _rescales_pixels(config, prepared):
         return
     first = next((layer for layer in model.layers

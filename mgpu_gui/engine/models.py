@@ -36,6 +36,7 @@ from mgpu_gui.core.modelfiles.builtins import architecture
 from mgpu_gui.core.modelfiles.compile_facts import CompileSource
 from mgpu_gui.core.modelfiles.info import ModelFileInfo, lambda_refused
 from mgpu_gui.core.modelfiles.inspection import inspect_model_file, read_h5_training_config
+from mgpu_gui.core.runs.preflight import loss_is_classifier
 from mgpu_gui.engine import precision
 from mgpu_gui.engine.data_source import LabelMap
 from mgpu_gui.engine.legacy_compile import compile_from_training_config, describe_loss
@@ -480,7 +481,8 @@ def check_model_fits_data(model: keras.Model, input_shape: tuple[int, ...], num_
     if inputs:
         fit_check.check_input_shape(tuple(inputs[0].shape[1:]), tuple(input_shape))
     units = output_layer_info(model)[0]
-    fit_check.check_label_range(units, label_max, num_classes)
+    if loss_is_classifier(describe_loss(getattr(model, "loss", None))) is not False:
+        fit_check.check_label_range(units, label_max, num_classes)  # not a regression's
     fit_check.check_folder_classes(units, folder_classes)
 
 

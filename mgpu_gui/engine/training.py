@@ -23,7 +23,7 @@ import keras
 
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.datasets import batching, content
-from mgpu_gui.core.datasets.inspection import DataKind
+from mgpu_gui.core.datasets.inspection import DataKind, LabelKind
 from mgpu_gui.core.devices.plan import DevicePlan
 from mgpu_gui.core.errors import ExportError, ModelError
 from mgpu_gui.core.events import (
@@ -295,7 +295,8 @@ def prepare(config: RunConfig, strategy: tf.distribute.Strategy, log,
                                    custom_objects_file=config.custom_objects)
     model = loaded.model
     models.check_model_fits_data(model, prepared.input_shape, prepared.num_classes,
-                                 prepared.label_max,
+                                 prepared.label_max if prepared.label_kind is LabelKind.SPARSE
+                                 else None,
                                  prepared.class_names if prepared.kind is DataKind.IMAGES else ())
     _check_labels_for_loss(config, model)
     _check_mirrored(model, strategy, log)

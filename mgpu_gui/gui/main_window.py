@@ -78,7 +78,7 @@ from mgpu_gui.gui.window_actions import WindowActions
 
 # Everything stays usable down to MIN_SIZE; both sizes shrink to fit a smaller screen
 # (1280x720 at 125 % scaling is 1024x576 in Qt's units).
-MIN_SIZE, DEFAULT_SIZE = QSize(1024, 700), QSize(1280, 820)
+MIN_SIZE, DEFAULT_SIZE = QSize(1024, 576), QSize(1280, 820)
 SETUP_WIDTH = 400  # the run setup's first width; the splitter gives it more on request
 
 

@@ -38,6 +38,7 @@ from mgpu_gui.gui.widgets.plots import (
     batch_curve,
     color_plot,
     fold_title,
+    set_title,
     style_plot,
     thin_when_dense,
 )
@@ -115,7 +116,8 @@ class CurvesPanel(QWidget):
         show_stage(self._lr_stage, None, "")
         self._telemetry.clear()
         # Its unit is on its axis: the title fits the half width it shares with the telemetry.
-        self._rate_plot.setTitle("Throughput", color=self._colors.text, size="10pt")
+        set_title(self._rate_plot.getPlotItem(), "Throughput", color=self._colors.text,
+                  size="10pt")
 
     def handle_event(self, event: Event) -> None:
         """One event from the run controller; data events start the redraw timer."""

@@ -89,7 +89,7 @@ def color_plot(widget: pg.PlotWidget, colors: PlotColors, title_size: str = "11p
             item.setLabel(side, axis.labelText, units=axis.labelUnits, color=colors.text)
     title = item.titleLabel.text
     if title:
-        widget.setTitle(title, color=colors.text, size=title_size)
+        set_title(item, title, color=colors.text, size=title_size)
 
 
 def fold_title(item: pg.PlotItem, fold: bool) -> None:
@@ -101,6 +101,14 @@ def fold_title(item: pg.PlotItem, fold: bool) -> None:
     item.titleLabel.setVisible(not fold)
     item.titleLabel.setMaximumHeight(height)
     item.layout.setRowFixedHeight(0, height)
+
+
+def set_title(item: pg.PlotItem, text: str, **style) -> None:
+    """A plot's title changed (its legend, say) without showing a title `fold_title` hid."""
+    if item.titleLabel.isVisible():
+        item.setTitle(text, **style)
+    else:
+        item.titleLabel.setText(text, **style)
 
 
 def batch_curve(pen: QPen | None) -> pg.PlotDataItem:

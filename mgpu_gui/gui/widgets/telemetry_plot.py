@@ -23,7 +23,7 @@ from mgpu_gui.core.runs.telemetry_store import (
     TelemetryDevice,
 )
 from mgpu_gui.gui.theme import PlotColors
-from mgpu_gui.gui.widgets.plots import color_plot, style_plot
+from mgpu_gui.gui.widgets.plots import color_plot, set_title, style_plot
 
 TITLE = "Devices (%)"
 
@@ -69,7 +69,7 @@ class TelemetryPlot:
                 self.widget.removeItem(curve)
         self._curves = {}
         self.widget.setToolTip("")
-        self.widget.setTitle(TITLE, color=self._colors.text, size="10pt")
+        set_title(self.widget.getPlotItem(), TITLE, color=self._colors.text, size="10pt")
 
     def series(self, device: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(x in minutes, utilization %, memory %) of one device as drawn."""
@@ -137,8 +137,8 @@ class TelemetryPlot:
                          f'{"CPU" if d == CPU_DEVICE else d}</span>' for d in devices)
         if kind == "GPU":
             names = f"GPU {names}"
-        self.widget.setTitle(f"{names} &nbsp;━busy ┄mem", color=self._colors.text,
-                             size="10pt")
+        set_title(self.widget.getPlotItem(), f"{names} &nbsp;━busy ┄mem",
+                  color=self._colors.text, size="10pt")
         lines = ["Solid: utilization; dashed: memory used, % of the device's "
                  "(the training process's CPU and resident memory on a CPU run)."]
         for device in sorted(self._samples):
