@@ -60,7 +60,8 @@ MODELS = {
 
 
 @pytest.mark.parametrize("kind", list(MODELS))
-def test_a_py_models_own_classes_reload_its_export(kind, tmp_path, capsys):
+def test_a_py_models_own_classes_reload_its_export_evaluate_and_export(kind, tmp_path,
+                                                                        capsys):
     model = tmp_path / f"{kind}.py"
     model.write_text(textwrap.dedent(MODELS[kind]))
     rng = np.random.default_rng(0)
@@ -75,6 +76,16 @@ def test_a_py_models_own_classes_reload_its_export(kind, tmp_path, capsys):
     (exported,) = [e for e in events if e["type"] == "model_exported"]
     assert exported["verified"] and exported["max_abs_diff"] == 0
     assert events[-1]["type"] == "run_finished" and events[-1]["status"] == "completed"
+    # The run's model evaluated and exported again later, by the run's folder: each
+    # loads it with the run's classes (the zoo's custom-layer, ViT and subclassed models
+    # failed there: "could not be deserialized", "Could not locate class").
+    (run,) = (tmp_path / "runs").iterdir()
+    assert cli.main(["evaluate", str(run), "--cpu", "--replicas", "1", "--json"]) == 0, (
+        capsys.readouterr().err)
+    assert json.loads(capsys.readouterr().out)["samples"] > 0
+    assert cli.main(["export", str(run), "-o", str(tmp_path / "again.keras")]) == 0, (
+        capsys.readouterr().err)
+    assert (tmp_path / "again.keras").is_file()
 
 
 def test_a_model_with_its_own_rescaling_is_told_its_pixels_are_rescaled_twice(tmp_path, capsys):

@@ -291,6 +291,15 @@ class RunConfig:
     def output_path(self) -> Path:
         return Path(os.path.expanduser(self.output_dir))
 
+    def custom_objects_source(self) -> str | None:
+        """Where the run's saved models find their custom objects: the --custom-objects
+        file, else a `.py` model's own file (its classes count)."""
+        if self.custom_objects is not None:
+            return self.custom_objects
+        if self.model.lower().endswith(".py") and is_model_file(self.model):
+            return self.model
+        return None
+
     def with_absolute_paths(self, base: Path | None = None) -> RunConfig:
         """Every file and folder as an absolute path, a relative one taken from `base` (None:
         the current folder), so that a resume, an evaluation or a queue runner started in

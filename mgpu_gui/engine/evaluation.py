@@ -22,6 +22,7 @@ from mgpu_gui.core.errors import ModelError
 from mgpu_gui.core.evaluation.result import EvaluationResult, Split, choose_split
 from mgpu_gui.core.evaluation.samples import SampleOrigins
 from mgpu_gui.core.events import EvaluationProgress
+from mgpu_gui.core.runs.folder import custom_objects_of
 from mgpu_gui.core.tools.evaluate_job import EvaluateRequest
 from mgpu_gui.engine import judging, models
 from mgpu_gui.engine import pipeline as data_mod
@@ -41,11 +42,13 @@ def evaluate(request: EvaluateRequest, strategy: tf.distribute.Strategy,
     split, dataset, labels, origins = _split(prepared, request.split)
     samples = len(labels)
     # What loading says is about training (its optimizer, its compile settings): not here.
-    model = models.load_run_model(config, strategy, input_shape=prepared.input_shape,
-                                  num_classes=prepared.num_classes or 1,
-                                  log=lambda message: None).model
-    if len(model.outputs) != 1:
-        raise ModelError(f"{request.model.name} has {len(model.outputs)} outputs; the "
+    model = models.load_run_model(
+        config, strategy, input_shape=prepared.input_shape,
+        num_classes=prepared.num_classes or 1, log=lambda message: None,
+        custom_objects_file=custom_objects_of(request.model)).model
+    heads = getattr(model, "outputs", None) or ()  # a subclassed model's are not known
+    if len(heads) > 1:
+        raise ModelError(f"{request.model.name} has {len(heads)} outputs; the "
                          "evaluation judges models with one output.")
     names = _class_names(model, prepared)
     outputs = predict_every_sample(model, prepared.finished(dataset).map(lambda x, y: x), samples,

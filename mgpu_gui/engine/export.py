@@ -56,6 +56,7 @@ from mgpu_gui.core.modelfiles.card import (
     read_card,
 )
 from mgpu_gui.core.runs.folder import RunDir
+from mgpu_gui.engine.export_sample import as_sample, random_sample
 from mgpu_gui.engine.precision import float32_policies
 
 # Predictions must agree within this, scaled by the output's magnitude when it exceeds 1.
@@ -106,7 +107,7 @@ def export_model(
     """
     out = Path(out).expanduser().absolute()  # the verifier runs in another folder
     _check_target(out, fmt)
-    x = _as_sample(model, sample_x)
+    x = as_sample(model, sample_x)
     names = checked_class_names(class_names)
     card = ModelCard(tuple(names or ()), inputs) if names is not None or inputs else None
     # A mixed-precision model is exported with every layer in float32: it loads and
@@ -162,7 +163,7 @@ def written_for_rehearsal(model: Any, path: Path, fmt: str, sample_x: np.ndarray
     """`model` written at `path` as `fmt`, as an export writes it, with the sample as its
     input dtype and the model's outputs on it: what `check_reloaded` compares against
     (the rehearsal before epoch 1, engine/rehearsal.py)."""
-    x = _as_sample(model, sample_x)
+    x = as_sample(model, sample_x)
     with float32_policies(model):
         reference = _reference(model, x)
         _write(model, path, fmt)
@@ -188,8 +189,11 @@ def export_file(
     sample_x: np.ndarray | None = None,
     class_names: Sequence[str] | None = None,
     inputs: InputRecord | None = None,
+    custom_objects_file: str | Path | None = None,
 ) -> ExportResult:
     """Convert a run's `.keras` or `.h5` model to `fmt` (the CLI's `mgpu-train export`).
+    `custom_objects_file`: the run's (its --custom-objects, or its `.py` model), for the
+    load here and the reload that verifies the export.
 
     Loads with `safe_mode=True` and `compile=False`: exporting never runs code
     stored in the file. Without `sample_x`, a deterministic random batch shaped
@@ -205,8 +209,13 @@ def export_file(
             f"{src.name} is not a Keras model file; give a .keras or .h5 file of a run."
         )
 
+    from mgpu_gui.engine.models import load_custom_objects
+
+    custom = (load_custom_objects(custom_objects_file, or_its_classes=True)
+              if custom_objects_file else None)
     try:
-        model = keras.saving.load_model(src, compile=False, safe_mode=True)
+        model = keras.saving.load_model(src, compile=False, safe_mode=True,
+                                        custom_objects=custom)
     except Exception as e:  # Keras raises many types for a bad file; all mean "cannot load"
         raise ExportError(f"Could not load {src}: {type(e).__name__}: {e}") from e
     if sample_x is None:
@@ -214,18 +223,8 @@ def export_file(
     card = read_card(card_path(src, "keras")) or ModelCard()
     return export_model(model, out, fmt, sample_x=sample_x,
                         class_names=card.class_names if class_names is None else class_names,
-                        inputs=card.inputs if inputs is None else inputs)
-
-
-def random_sample(model: Any, rows: int = 8, seed: int = 0) -> np.ndarray:
-    """A deterministic batch shaped like the model's single input (unknown sizes -> 32)."""
-    inputs = _model_inputs(model)
-    shape = tuple(32 if d is None else int(d) for d in inputs[0].shape[1:])
-    dtype = np.dtype(_dtype_name(inputs[0].dtype))
-    rng = np.random.default_rng(seed)
-    if np.issubdtype(dtype, np.integer):
-        return rng.integers(0, 2, size=(rows, *shape)).astype(dtype)  # valid for any Embedding
-    return rng.random((rows, *shape)).astype(dtype)
+                        inputs=card.inputs if inputs is None else inputs,
+                        custom_objects_file=custom_objects_file)
 
 
 # -- checks ------------------------------------------------------------------
@@ -278,34 +277,6 @@ def check_classes_match(names: list[str], first_output: np.ndarray) -> None:
         f"The model outputs {width} values per sample but {len(names)} class names were "
         "given; pass the class names of the data the model was trained on."
     )
-
-
-def _model_inputs(model: Any) -> list[Any]:
-    try:
-        inputs = list(model.inputs)
-    except (AttributeError, ValueError) as e:  # subclassed models that were never built
-        raise ExportError(
-            "The model has no defined inputs; build it (call it once) before exporting."
-        ) from e
-    if len(inputs) != 1:
-        raise ExportError(f"Only single-input models can be exported; this one has {len(inputs)}.")
-    return inputs
-
-
-def _as_sample(model: Any, sample_x: np.ndarray) -> np.ndarray:
-    """The sample in the model's input dtype: a SavedModel's signature accepts nothing else."""
-    x = np.asarray(sample_x)
-    if x.ndim == 0 or len(x) == 0:
-        raise ExportError("The verification sample is empty; pass at least one input row.")
-    try:
-        dtype = _dtype_name(model.inputs[0].dtype)
-    except (AttributeError, IndexError, ValueError, TypeError):
-        dtype = "float32" if np.issubdtype(x.dtype, np.floating) else x.dtype.name
-    return np.ascontiguousarray(x.astype(dtype, copy=False))
-
-
-def _dtype_name(dtype: Any) -> str:
-    return getattr(dtype, "name", None) or str(dtype)
 
 
 # -- writing -----------------------------------------------------------------

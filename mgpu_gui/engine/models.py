@@ -81,7 +81,10 @@ def load_run_model(
     compiled file keeps its own optimizer unless `config.override_compile`.
     """
     info = inspect_model_file(config.model) if is_model_file(config.model) else None
-    custom_objects = load_custom_objects(custom_objects_file) if custom_objects_file else {}
+    # Read as every reload of the run's models reads it (the export check, evaluate,
+    # predict): its `custom_objects` dict, else the Keras classes it defines.
+    custom_objects = (load_custom_objects(custom_objects_file, or_its_classes=True)
+                      if custom_objects_file else {})
     built = info is None or info.format == "py"
     builtin = architecture(config.model)
     # A compiled file is loaded under float32: its optimizer's saved state does not fit
@@ -161,16 +164,6 @@ def load_custom_objects(path: str | Path, *, or_its_classes: bool = False) -> di
             "`custom_objects = {'MyLayer': MyLayer}` naming each custom class."
         )
     return found
-
-
-def run_custom_objects(config: RunConfig) -> str | None:
-    """Where a run's saved model finds its custom objects: the --custom-objects file, else
-    a `.py` model's own file (read with `or_its_classes`)."""
-    if config.custom_objects is not None:
-        return config.custom_objects
-    if config.model.lower().endswith(".py") and is_model_file(config.model):
-        return config.model
-    return None
 
 
 # -- sources ----------------------------------------------------------------

@@ -22,8 +22,9 @@ from mgpu_gui.core.errors import DataError, ModelError, UserError
 from mgpu_gui.core.evaluation.heads import top_predictions
 from mgpu_gui.core.events import PredictionsMade
 from mgpu_gui.core.modelfiles.card import IMAGES, InputRecord, ModelCard, card_path, read_card
+from mgpu_gui.core.runs.folder import custom_objects_of
 from mgpu_gui.core.tools.evaluate_job import PredictRequest
-from mgpu_gui.engine.models import output_layer_info
+from mgpu_gui.engine.models import load_custom_objects, output_layer_info
 from mgpu_gui.engine.pipeline import decode_file
 
 BATCH = 32
@@ -31,8 +32,11 @@ ASSUMED_RESCALE = 1 / 255
 
 
 def predict_files(request: PredictRequest) -> PredictionsMade:
+    custom = custom_objects_of(request.model)  # a run's model: the run's own classes
     try:
-        model = keras.saving.load_model(request.model, compile=False, safe_mode=True)
+        model = keras.saving.load_model(
+            request.model, compile=False, safe_mode=True,
+            custom_objects=load_custom_objects(custom, or_its_classes=True) if custom else None)
     except Exception as error:  # Keras raises many types for a bad file: all "cannot load"
         raise ModelError(f"could not load {request.model.name}: {type(error).__name__}: "
                          f"{error}") from error

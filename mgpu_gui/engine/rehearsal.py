@@ -111,7 +111,7 @@ class Rehearsal:
             except ExportError as error:
                 raise _export_failed(fmt, model, error) from error
             written.append((fmt, path, x, reference))
-        custom = models.run_custom_objects(config)
+        custom = config.custom_objects_source()
 
         def check() -> None:
             for fmt, path, x, reference in written:

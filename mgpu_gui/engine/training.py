@@ -461,7 +461,7 @@ def _export(config: RunConfig, run_dir: RunDir, model: keras.Model,
                                   sample_x=prepared.x_sample, class_names=prepared.class_names,
                                   inputs=input_record(config, prepared),
                                   safe_mode=not config.allow_unsafe_code,
-                                  custom_objects_file=models.run_custom_objects(config))
+                                  custom_objects_file=config.custom_objects_source())
         except ExportError as error:
             if isinstance(error, ckpt.DiskFullError):
                 raise

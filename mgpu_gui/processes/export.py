@@ -21,14 +21,17 @@ from collections.abc import Callable
 from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.events import ExportDone, ExportFailed, LogMessage
 from mgpu_gui.core.modelfiles.inspection import inspect_model_file
+from mgpu_gui.core.runs.folder import custom_objects_of
 from mgpu_gui.core.tools.export_job import ExportMode, ExportRequest
-from mgpu_gui.engine.export import ExportResult, export_file, export_model, random_sample
+from mgpu_gui.engine.export import ExportResult, export_file, export_model
+from mgpu_gui.engine.export_sample import random_sample
 from mgpu_gui.processes.failure import failure_of
 
 
 def export(request: ExportRequest, log: Callable[[str], None]) -> ExportResult:
     if request.mode is ExportMode.EXPORT:
-        return export_file(request.source, request.output, request.format)
+        return export_file(request.source, request.output, request.format,
+                           custom_objects_file=custom_objects_of(request.source))
     return unwrap(request, log)
 
 

@@ -203,6 +203,19 @@ class RunDir:
         return best
 
 
+def custom_objects_of(model: Path) -> str | None:
+    """The custom objects a model file saved by a run needs (its export, or a checkpoint
+    under the run folder), from the run's settings; None for a file saved elsewhere."""
+    for folder in (model.parent, model.parent.parent):
+        run = RunDir(folder)
+        if run.config_json.is_file():
+            try:
+                return run.read_config().custom_objects_source()
+            except (OSError, ValueError, KeyError, TypeError):
+                return None
+    return None
+
+
 def create_run_dir(config: RunConfig) -> RunDir:
     """Make a fresh, uniquely named run folder, or say why the output folder can't be used."""
     root = config.output_path
