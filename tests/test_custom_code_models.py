@@ -86,6 +86,11 @@ def test_a_py_models_own_classes_reload_its_export_evaluate_and_export(kind, tmp
     assert cli.main(["export", str(run), "-o", str(tmp_path / "again.keras")]) == 0, (
         capsys.readouterr().err)
     assert (tmp_path / "again.keras").is_file()
+    # The copy, out of the run folder, still finds its classes: its card names their file.
+    card = json.loads((tmp_path / "again.classes.json").read_text())
+    assert card["custom_objects"] == str(model)
+    assert cli.main(["evaluate", str(tmp_path / "again.keras"), "--data", str(data),
+                     "--cpu", "--replicas", "1", "--json"]) == 0, capsys.readouterr().err
 
 
 def test_a_model_with_its_own_rescaling_is_told_its_pixels_are_rescaled_twice(tmp_path, capsys):

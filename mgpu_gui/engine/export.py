@@ -109,7 +109,10 @@ def export_model(
     _check_target(out, fmt)
     x = as_sample(model, sample_x)
     names = checked_class_names(class_names)
-    card = ModelCard(tuple(names or ()), inputs) if names is not None or inputs else None
+    custom = (str(Path(custom_objects_file).expanduser().absolute())
+              if custom_objects_file else None)
+    card = (ModelCard(tuple(names or ()), inputs, custom)
+            if names is not None or inputs or custom else None)
     # A mixed-precision model is exported with every layer in float32: it loads and
     # predicts in float32 anywhere, CPUs without bfloat16/float16 kernels included.
     with float32_policies(model):

@@ -48,9 +48,14 @@ class InputRecord:
 class ModelCard:
     class_names: tuple[str, ...] = ()
     inputs: InputRecord | None = None
+    # The .py its custom classes come from (the run's --custom-objects, or its .py
+    # model): a copy of the model exported anywhere still loads with them.
+    custom_objects: str | None = None
 
     def to_json(self) -> str:
         data: dict[str, Any] = {"class_names": list(self.class_names)}
+        if self.custom_objects:
+            data["custom_objects"] = self.custom_objects
         if self.inputs is not None:
             inputs = self.inputs
             data["inputs"] = {"kind": inputs.kind, "channels": inputs.channels,
@@ -70,7 +75,8 @@ class ModelCard:
             rescale=float(raw.get("rescale", 1.0)),
             image_size=None if raw.get("image_size") is None else (
                 int(raw["image_size"][0]), int(raw["image_size"][1])))
-        return cls(tuple(str(n) for n in names), inputs)
+        custom = data.get("custom_objects") if isinstance(data, dict) else None
+        return cls(tuple(str(n) for n in names), inputs, str(custom) if custom else None)
 
 
 def card_path(model: Path, fmt: str) -> Path:

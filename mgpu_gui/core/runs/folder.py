@@ -6,6 +6,7 @@ a future run store) can be rebuilt from it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mgpu_gui.core.config import DEMO, RunConfig
-from mgpu_gui.core.errors import OutputError
+from mgpu_gui.core.errors import ExportError, OutputError
 from mgpu_gui.core.events import (
     EpochEnd,
     Event,
@@ -24,7 +25,7 @@ from mgpu_gui.core.events import (
     RunStatus,
     parse_event,
 )
-from mgpu_gui.core.modelfiles.card import ModelCard, card_path
+from mgpu_gui.core.modelfiles.card import ModelCard, card_path, read_card
 from mgpu_gui.core.runs.checkpoints import read_backup
 
 EXPORT_NAMES = {"keras": "model.keras", "h5": "model.h5", "savedmodel": "model_savedmodel"}
@@ -204,8 +205,13 @@ class RunDir:
 
 
 def custom_objects_of(model: Path) -> str | None:
-    """The custom objects a model file saved by a run needs (its export, or a checkpoint
-    under the run folder), from the run's settings; None for a file saved elsewhere."""
+    """The custom objects a model file saved by a run needs: as its card records them (an
+    export, wherever it was written), else from the settings of the run folder it is in
+    (a checkpoint); None for a file saved elsewhere."""
+    with contextlib.suppress(ExportError):  # an unreadable card: the run's settings
+        card = read_card(card_path(model, "savedmodel" if model.is_dir() else "keras"))
+        if card is not None and card.custom_objects:
+            return card.custom_objects
     for folder in (model.parent, model.parent.parent):
         run = RunDir(folder)
         if run.config_json.is_file():
