@@ -126,6 +126,14 @@ def test_regression_labels_and_integer_inputs_pass(tmp_path, bad):
     assert check_content(ContentRequest((str(ints),))).values == 16
 
 
+def test_one_class_is_refused_for_training_and_judged_in_an_evaluation(bad):
+    """A classifier cannot learn from one class; a trained one is judged on a test set of
+    cats alone (the evaluation's check, `learns=False`)."""
+    with pytest.raises(DataError, match="one class"):
+        check_content(ContentRequest((str(bad["one_class"]),)))
+    assert check_content(ContentRequest((str(bad["one_class"]),), learns=False)).values > 0
+
+
 def test_fortran_order_and_validation_arrays_name_the_right_samples(tmp_path):
     x = np.asfortranarray(np.ones((30, 5), np.float32))
     x[22, 4] = np.inf

@@ -125,7 +125,8 @@ def _request(args: argparse.Namespace) -> tuple[EvaluateRequest, int | None]:
     facts = reader.inspect_model(str(model))
     if run_id is None:
         config = _prepared_as_recorded(config, model, facts)
-    info = preflight.check_data_for(config.replace(model=str(model)), facts, reader)
+    info = preflight.check_data_for(config.replace(model=str(model)), facts, reader,
+                                    learns=False)
     if config.validation_data is None:
         _, val, test = info.split_counts(config.validation_split)
         choose_split(split, val, test)

@@ -36,7 +36,8 @@ def answer(request: ContentRequest, emit, memory_mib: int) -> Event:
 
 def main(argv: list[str] | None = None) -> int:
     return serve("mgpu_gui.processes.data_check", lambda data: ContentRequest(
-        tuple(data["sources"]), data["classifier"], data["why"]), answer, argv)
+        tuple(data["sources"]), data["classifier"], data["why"], data["learns"]), answer,
+        argv)
 
 
 if __name__ == "__main__":

@@ -50,6 +50,9 @@ class ContentRequest:
     sources: tuple[str, ...]  # the training data, then any validation data
     classifier: bool | None = True
     why: str = ""
+    # A run learns from the data: a classifier needs 2 classes. An evaluation judges a
+    # model on data of one class too (a test set of cats).
+    learns: bool = True
 
     @property
     def reads_files(self) -> bool:
@@ -101,7 +104,7 @@ def check_labels(name: str, ys: Sequence[np.ndarray], keys: Sequence[str],
     train = ys[0]
     if stats.kind is LabelKind.ONEHOT:
         used = np.flatnonzero(train.sum(axis=0) > 0)
-        if len(used) < 2:
+        if len(used) < 2 and request.learns:
             raise DataError(f"{name}: {keys[0]} uses only class {int(used[0])} of its "
                             f"{train.shape[1]} one-hot columns; {_one_class(request)}")
         return
@@ -119,7 +122,7 @@ def check_labels(name: str, ys: Sequence[np.ndarray], keys: Sequence[str],
                 f"sample as a whole number, or, if these are values to predict, train with "
                 f"a regression loss (--loss mean_squared_error).")
     classes = np.unique(flat)
-    if len(classes) < 2:
+    if len(classes) < 2 and request.learns:
         raise DataError(f"{name}: every label in {keys[0]} is {classes[0]:g} (one class); "
                         f"{_one_class(request)}")
 

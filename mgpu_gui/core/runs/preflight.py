@@ -10,6 +10,7 @@ again in the worker.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 from collections.abc import Sequence
@@ -65,15 +66,16 @@ def check(config: RunConfig, replicas: int, reader: FileReader,
     return model, data
 
 
-def check_data_for(config: RunConfig, model: ModelFileInfo | None, reader: FileReader
-                   ) -> DataInfo:
+def check_data_for(config: RunConfig, model: ModelFileInfo | None, reader: FileReader,
+                   *, learns: bool = True) -> DataInfo:
     """The run's data (and validation data) read, its content checked (NaN/Inf, labels
     against the loss) and fitted to `model` (shapes, label range, a folder's classes): what
-    training checks, and what evaluating a trained model on data checks alike."""
+    training checks, and what evaluating a trained model on data checks alike (`learns`
+    False: data of one class is judged, not refused)."""
     data = reader.inspect_data(config.data, image_size=config.image_size)
     if config.validation_data is not None:
         reader.inspect_data(config.validation_data, image_size=config.image_size)
-    reader.check_content(content_request(config, model))
+    reader.check_content(dataclasses.replace(content_request(config, model), learns=learns))
     if model is not None:
         check_model_fits(config, model, data)
     return data
