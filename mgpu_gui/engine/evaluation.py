@@ -50,6 +50,7 @@ def evaluate(request: EvaluateRequest, strategy: tf.distribute.Strategy,
     if len(heads) > 1:
         raise ModelError(f"{request.model.name} has {len(heads)} outputs; the "
                          "evaluation judges models with one output.")
+    _check_fits(model, prepared)
     names = _class_names(model, prepared)
     outputs = predict_every_sample(model, prepared.finished(dataset).map(lambda x, y: x), samples,
                                    config.batch_per_replica, progress)
@@ -69,17 +70,20 @@ def evaluate(request: EvaluateRequest, strategy: tf.distribute.Strategy,
     return result, path
 
 
-def _class_names(model: keras.Model, prepared: data_mod.PreparedData
-                 ) -> tuple[str, ...] | None:
-    """The data checked against the model as training checks it; then the classes the
-    figures name. Arrays name classes by index up to their largest label, but a split may
-    lack the last classes a model knows (a test set without class 9): the model's
-    outputs count them then."""
-    units = models.output_layer_info(model)[0]
+def _check_fits(model: keras.Model, prepared: data_mod.PreparedData) -> None:
+    """The data checked against the model as training checks it."""
     models.check_model_fits_data(model, prepared.input_shape, prepared.num_classes,
                                  prepared.label_max if prepared.label_kind is LabelKind.SPARSE
                                  else None,
                                  prepared.class_names if prepared.kind is DataKind.IMAGES else ())
+
+
+def _class_names(model: keras.Model, prepared: data_mod.PreparedData
+                 ) -> tuple[str, ...] | None:
+    """The classes the figures name. Arrays name classes by index up to their largest
+    label, but a split may lack the last classes a model knows (a test set without class
+    9): the model's outputs count them then."""
+    units = models.output_layer_info(model)[0]
     names = tuple(prepared.class_names) or None
     if names and prepared.kind is DataKind.NPZ and units and units > max(len(names), 2):
         return class_ids(units)

@@ -212,10 +212,9 @@ def export_file(
             f"{src.name} is not a Keras model file; give a .keras or .h5 file of a run."
         )
 
-    from mgpu_gui.engine.models import load_custom_objects
+    from mgpu_gui.engine.models import run_custom_objects
 
-    custom = (load_custom_objects(custom_objects_file, or_its_classes=True)
-              if custom_objects_file else None)
+    custom = run_custom_objects(custom_objects_file)
     try:
         model = keras.saving.load_model(src, compile=False, safe_mode=True,
                                         custom_objects=custom)
@@ -457,11 +456,10 @@ def reload_and_predict(fmt: str, path: str, x: np.ndarray, safe_mode: bool,
         loaded = tf.saved_model.load(path)
         return _predict(lambda b: loaded.serve(b), x)
 
-    from mgpu_gui.engine.models import load_custom_objects
+    from mgpu_gui.engine.models import run_custom_objects
 
     # The file was checked where it was chosen; a `.py` model's own file has no dict.
-    custom = (load_custom_objects(custom_objects_file, or_its_classes=True)
-              if custom_objects_file else None)
+    custom = run_custom_objects(custom_objects_file)
     model = keras.saving.load_model(path, compile=False, safe_mode=safe_mode,
                                     custom_objects=custom)
     return _predict(lambda b: model(b, training=False), x)

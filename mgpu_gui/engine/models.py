@@ -83,8 +83,7 @@ def load_run_model(
     info = inspect_model_file(config.model) if is_model_file(config.model) else None
     # Read as every reload of the run's models reads it (the export check, evaluate,
     # predict): its `custom_objects` dict, else the Keras classes it defines.
-    custom_objects = (load_custom_objects(custom_objects_file, or_its_classes=True)
-                      if custom_objects_file else {})
+    custom_objects = run_custom_objects(custom_objects_file) or {}
     built = info is None or info.format == "py"
     builtin = architecture(config.model)
     # A compiled file is loaded under float32: its optimizer's saved state does not fit
@@ -164,6 +163,13 @@ def load_custom_objects(path: str | Path, *, or_its_classes: bool = False) -> di
             "`custom_objects = {'MyLayer': MyLayer}` naming each custom class."
         )
     return found
+
+
+def run_custom_objects(path: str | Path | None) -> dict[str, Any] | None:
+    """How every load of a run's models reads its file (training, the export check,
+    export, evaluate, predict): its `custom_objects` dict, else the Keras classes it
+    defines (a `.py` model's own classes); None without a file."""
+    return load_custom_objects(path, or_its_classes=True) if path else None
 
 
 # -- sources ----------------------------------------------------------------

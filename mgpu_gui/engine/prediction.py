@@ -24,7 +24,7 @@ from mgpu_gui.core.events import PredictionsMade
 from mgpu_gui.core.modelfiles.card import IMAGES, InputRecord, ModelCard, card_path, read_card
 from mgpu_gui.core.runs.folder import custom_objects_of
 from mgpu_gui.core.tools.evaluate_job import PredictRequest
-from mgpu_gui.engine.models import load_custom_objects, output_layer_info
+from mgpu_gui.engine.models import output_layer_info, run_custom_objects
 from mgpu_gui.engine.pipeline import decode_file
 
 BATCH = 32
@@ -36,7 +36,7 @@ def predict_files(request: PredictRequest) -> PredictionsMade:
     try:
         model = keras.saving.load_model(
             request.model, compile=False, safe_mode=True,
-            custom_objects=load_custom_objects(custom, or_its_classes=True) if custom else None)
+            custom_objects=run_custom_objects(custom))
     except Exception as error:  # Keras raises many types for a bad file: all "cannot load"
         raise ModelError(f"could not load {request.model.name}: {type(error).__name__}: "
                          f"{error}") from error
