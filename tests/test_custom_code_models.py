@@ -76,6 +76,10 @@ def test_a_py_models_own_classes_reload_its_export_evaluate_and_export(kind, tmp
     (exported,) = [e for e in events if e["type"] == "model_exported"]
     assert exported["verified"] and exported["max_abs_diff"] == 0
     assert events[-1]["type"] == "run_finished" and events[-1]["status"] == "completed"
+    # Both end in softmax: trained on probabilities, not as logits (a subclassed model
+    # names no output layer; its outputs show it).
+    logs = [e["message"] for e in events if e["type"] == "log"]
+    assert any("(softmax output): sparse_categorical_crossentropy" in m for m in logs), logs
     # The run's model evaluated and exported again later, by the run's folder: each
     # loads it with the run's classes (the zoo's custom-layer, ViT and subclassed models
     # failed there: "could not be deserialized", "Could not locate class").

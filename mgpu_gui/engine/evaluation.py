@@ -26,6 +26,7 @@ from mgpu_gui.core.runs.folder import custom_objects_of
 from mgpu_gui.core.tools.evaluate_job import EvaluateRequest
 from mgpu_gui.engine import judging, models
 from mgpu_gui.engine import pipeline as data_mod
+from mgpu_gui.engine.output_head import output_layer_info
 
 PROGRESS_EVERY_S = 0.25
 Log = Callable[[str], None]
@@ -83,7 +84,7 @@ def _class_names(model: keras.Model, prepared: data_mod.PreparedData
     """The classes the figures name. Arrays name classes by index up to their largest
     label, but a split may lack the last classes a model knows (a test set without class
     9): the model's outputs count them then."""
-    units = models.output_layer_info(model)[0]
+    units = output_layer_info(model)[0]
     names = tuple(prepared.class_names) or None
     if names and prepared.kind is DataKind.NPZ and units and units > max(len(names), 2):
         return class_ids(units)

@@ -26,6 +26,7 @@ from mgpu_gui.core.evaluation.metrics import (
 from mgpu_gui.core.runs.preflight import loss_is_classifier
 from mgpu_gui.engine import models
 from mgpu_gui.engine.legacy_compile import describe_loss
+from mgpu_gui.engine.output_head import output_layer_info
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,7 @@ def _meaning(model: keras.Model, outputs: np.ndarray, kind: LabelKind) -> Output
     if loss_is_classifier(described) is None and kind is LabelKind.OTHER:
         return OutputMeaning(Head.VALUES)
     units = int(np.prod(outputs.shape[1:]))
-    linear = models.output_layer_info(model)[1] == "linear"
+    linear = output_layer_info(model)[1] == "linear"
     return meaning_of(described, units, linear_output=linear,
                       multi_hot_labels=kind is LabelKind.OTHER)
 

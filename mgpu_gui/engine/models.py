@@ -38,8 +38,10 @@ from mgpu_gui.core.modelfiles.info import ModelFileInfo, lambda_refused
 from mgpu_gui.core.modelfiles.inspection import inspect_model_file, read_h5_training_config
 from mgpu_gui.core.runs.preflight import loss_is_classifier
 from mgpu_gui.engine import precision
+from mgpu_gui.engine.compiling import compile_model, optimizer_in_use, override_optimizer
 from mgpu_gui.engine.data_source import LabelMap
 from mgpu_gui.engine.legacy_compile import compile_from_training_config, describe_loss
+from mgpu_gui.engine.output_head import output_layer_info
 
 Log = Callable[[str], None]
 _ONEHOT_LOSSES = {"categoricalcrossentropy", "categoricalfocalcrossentropy", "categoricalhinge"}
@@ -118,12 +120,12 @@ def load_run_model(
             _compile_from_training_config(model, info, config, log)
         source, file_optimizer = CompileSource.RUN, ""
         if not model.compiled:
-            compile_model(model, config, log)
+            compile_model(model, config, input_shape, log)
         else:
             file_optimizer = optimizer_in_use(model)[0]
             if config.override_compile:
                 source = CompileSource.OVERRIDE
-                _override_optimizer(model, config, log)
+                override_optimizer(model, config, log)
             else:
                 source = CompileSource.FILE
                 if info is None or (info.format != "h5" and info.wrapper is None):
@@ -132,15 +134,6 @@ def load_run_model(
                         "learning-rate settings are not used (Override uses them)")
         precision.ensure_loss_scaling(model, config.precision, log)
     return LoadedModel(model, source, file_optimizer)
-
-
-def optimizer_in_use(model: keras.Model) -> tuple[str, float | None]:
-    """The class of the optimizer `model` trains with, and its learning rate now (None: a
-    schedule), looking through a LossScaleOptimizer."""
-    optimizer = getattr(model.optimizer, "inner_optimizer", model.optimizer)
-    if isinstance(optimizer.get_config().get("learning_rate"), dict):
-        return type(optimizer).__name__, None
-    return type(optimizer).__name__, float(keras.ops.convert_to_numpy(optimizer.learning_rate))
 
 
 def load_custom_objects(path: str | Path, *, or_its_classes: bool = False) -> dict[str, Any]:
@@ -303,67 +296,6 @@ def _user_line(exc: BaseException, path: Path) -> str:
     return f" at line {lines[-1]}" if lines else ""
 
 
-# -- compiling --------------------------------------------------------------
-def compile_model(model: keras.Model, config: RunConfig, log: Log) -> None:
-    """Compile with the run's optimizer and learning rate, loss (or one fit for the output)."""
-
-    optimizer = _run_optimizer(config)
-    loss = config.loss if config.loss is not None else _auto_loss(model, log)
-    metrics = [_metric_for(m, loss) for m in config.metrics]
-    model.compile(optimizer=optimizer, loss=loss, metrics=metrics, steps_per_execution=1)
-    log(f"compiled with {type(optimizer).__name__}(learning_rate={config.learning_rate}), "
-        f"loss {describe_loss(loss)}, metrics {list(config.metrics)}")
-
-
-def _run_optimizer(config: RunConfig) -> keras.optimizers.Optimizer:
-    return type(keras.optimizers.get(config.optimizer.lower()))(
-        learning_rate=config.learning_rate)
-
-
-def _override_optimizer(model: keras.Model, config: RunConfig, log: Log) -> None:
-    """Compile a compiled model again with the run's optimizer and learning rate; its loss
-    and metrics stay, its optimizer (and the state saved for it) goes."""
-    replaced = optimizer_in_use(model)[0]
-    recompile(model, _run_optimizer(config))
-    log(f"overriding the file's compile settings: {optimizer_in_use(model)[0]}"
-        f"(learning_rate={config.learning_rate}) instead of {replaced}; the file's loss "
-        f"({describe_loss(model.loss)}) and metrics are kept")
-
-
-def recompile(model: keras.Model, optimizer: keras.optimizers.Optimizer) -> None:
-    """Compile a compiled model again with `optimizer`; its loss and metrics stay. Call
-    inside the strategy's scope."""
-    compile_config = model.get_compile_config()
-    compile_config["optimizer"] = keras.optimizers.serialize(optimizer)
-    model.compile_from_config(compile_config)
-
-
-def _auto_loss(model: keras.Model, log: Log) -> Any:
-
-    units, activation = output_layer_info(model)
-    if units == 1 and activation == "sigmoid":
-        loss, why = "binary_crossentropy", "1 sigmoid output"
-    elif activation == "softmax":
-        loss, why = "sparse_categorical_crossentropy", "softmax output"
-    elif units == 1:
-        loss = keras.losses.BinaryCrossentropy(from_logits=True)
-        why = f"1 output with {activation or 'unknown'} activation, taken as a logit"
-    else:
-        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
-        why = f"{units or '?'} outputs with {activation or 'unknown'} activation, taken as logits"
-    log(f"loss chosen from the output layer ({why}): {describe_loss(loss)}")
-    return loss
-
-
-def _metric_for(name: str, loss: Any) -> Any:
-
-    # "accuracy" thresholds a binary output at 0.5, which is wrong for logits.
-    if name in ("accuracy", "acc") and getattr(loss, "from_logits", False) and isinstance(
-            loss, keras.losses.BinaryCrossentropy):
-        return keras.metrics.BinaryAccuracy(name="accuracy", threshold=0.0)
-    return name
-
-
 def _compile_from_training_config(model: keras.Model, info: ModelFileInfo, config: RunConfig,
                                   log: Log) -> None:
     """Compile a legacy `.h5` as it was saved: its optimizer class and settings, loss, metrics."""
@@ -427,21 +359,6 @@ def _is_graph_model(model: Any) -> bool:
 
 
 # -- model and data ---------------------------------------------------------
-def output_layer_info(model: keras.Model) -> tuple[int | None, str | None]:
-    """Units and activation of the single output, looking into nested models."""
-    outputs = getattr(model, "outputs", None) or []
-    if len(outputs) != 1:
-        return None, None
-    units = outputs[0].shape[-1]
-    layer = outputs[0]._keras_history[0]
-    while hasattr(layer, "outputs") and layer.outputs and len(layer.outputs) == 1:
-        layer = layer.outputs[0]._keras_history[0]  # a nested model as the last layer
-    if type(layer).__name__ == "Softmax":
-        return units, "softmax"
-    activation = getattr(layer, "activation", None)
-    return units, getattr(activation, "__name__", None) if activation is not None else None
-
-
 def loss_wants_onehot(model: keras.Model) -> bool | None:
     """True when the compiled loss takes one-hot labels, False for class indices, else None."""
     name = describe_loss(getattr(model, "loss", None)).split("(")[0].replace("_", "").lower()

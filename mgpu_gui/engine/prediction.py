@@ -24,7 +24,8 @@ from mgpu_gui.core.events import PredictionsMade
 from mgpu_gui.core.modelfiles.card import IMAGES, InputRecord, ModelCard, card_path, read_card
 from mgpu_gui.core.runs.folder import custom_objects_of
 from mgpu_gui.core.tools.evaluate_job import PredictRequest
-from mgpu_gui.engine.models import output_layer_info, run_custom_objects
+from mgpu_gui.engine.models import run_custom_objects
+from mgpu_gui.engine.output_head import output_layer_info
 from mgpu_gui.engine.pipeline import decode_file
 
 BATCH = 32

@@ -34,9 +34,10 @@ from mgpu_gui.core.datasets.inspection import LabelKind
 from mgpu_gui.core.errors import ExportError, RehearsalError, UserError
 from mgpu_gui.core.evaluation.heads import top_predictions
 from mgpu_gui.core.runs.folder import EXPORT_NAMES
-from mgpu_gui.engine import judging, models
+from mgpu_gui.engine import judging
 from mgpu_gui.engine.data_source import LabelMap, PreparedData, relabeled
 from mgpu_gui.engine.export import check_classes_match, check_reloaded, written_for_rehearsal
+from mgpu_gui.engine.output_head import output_layer_info
 
 FOLDER = ".rehearsal"  # in the run folder, removed when the checks end
 Log = Callable[..., None]
@@ -149,7 +150,7 @@ def _loss_and_metrics(model: keras.Model, data: PreparedData, relabel: LabelMap 
     (as the pipeline gives them: `relabel`), repeated to fill every replica (an empty
     share breaks Conv2D and BatchNorm)."""
     rows = -(-max(len(data.x_sample), replicas) // replicas) * replicas
-    units = models.output_layer_info(model)[0]
+    units = output_layer_info(model)[0]
     if rows == units:  # labels (rows,) against outputs (rows, rows) would broadcast
         rows += replicas
     index = np.resize(np.arange(len(data.x_sample)), rows)
@@ -192,7 +193,7 @@ def _heads(model: keras.Model, config: RunConfig, data: PreparedData, outputs: n
     except Exception as error:
         raise _failed("the evaluation of the model's outputs", error,
                       "The evaluation after training would fail the same way") from error
-    units, activation = models.output_layer_info(model)
+    units, activation = output_layer_info(model)
     if judged.classifier is not None and units:
         top_predictions(outputs[:1], units, linear_output=activation == "linear",
                         names=data.class_names)

@@ -55,6 +55,7 @@ from mgpu_gui.engine.callbacks import (
     NanGuard,
     ValidateCompleteEpochs,
 )
+from mgpu_gui.engine.compiling import optimizer_in_use
 from mgpu_gui.engine.data_source import LabelMap, PreparedData, input_record
 from mgpu_gui.engine.export import export_model
 from mgpu_gui.engine.failures import NonFiniteLossError, Stage, Where, explain_failure
@@ -173,7 +174,7 @@ def _run(config: RunConfig, run_dir: RunDir, plan: DevicePlan, strategy: tf.dist
     steps = batching.steps(prepared.train_samples, setup.global_batch)
     dropped = batching.dropped_per_epoch(prepared.train_samples, setup.global_batch)
     initial_epoch = loop.backup_epoch(run_dir)
-    optimizer, learning_rate = models.optimizer_in_use(model)
+    optimizer, learning_rate = optimizer_in_use(model)
     sink.emit(RunStarted(
         run_dir=str(run_dir.path), device_kind=plan.kind.value,
         devices=loop.devices(strategy), device_names=list(plan.names),

@@ -32,8 +32,9 @@ import numpy as np
 from mgpu_gui.core.config import FINE_TUNE_LR_DIVISOR, RunConfig
 from mgpu_gui.core.events import StageStarted
 from mgpu_gui.core.modelfiles.builtins import BACKBONE, no_backbone
-from mgpu_gui.engine import models, precision
+from mgpu_gui.engine import precision
 from mgpu_gui.engine.callbacks import restore_backup, strategy_scope
+from mgpu_gui.engine.compiling import optimizer_in_use, recompile
 
 PLAIN, FROZEN, FINE_TUNE = 0, 1, 2  # a run without stages; the two stages
 
@@ -81,7 +82,7 @@ class TransferLearning:
         self.backbone = find_backbone(model, config.model)
         self.layers = [layer for layer in self.backbone.layers
                        if not isinstance(layer, keras.layers.InputLayer)]
-        self.stage_lr = models.optimizer_in_use(model)[1]
+        self.stage_lr = optimizer_in_use(model)[1]
         base = config.learning_rate if self.stage_lr is None else self.stage_lr
         self.fine_tune_lr = (config.fine_tune_lr if config.fine_tune_lr is not None
                              else base / FINE_TUNE_LR_DIVISOR)
@@ -130,5 +131,5 @@ class TransferLearning:
         if learning_rate is not None:
             settings["learning_rate"] = learning_rate
         with strategy_scope(model):
-            models.recompile(model, type(optimizer).from_config(settings))
+            recompile(model, type(optimizer).from_config(settings))
             precision.ensure_loss_scaling(model, self.config.precision, self.log)

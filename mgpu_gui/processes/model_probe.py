@@ -52,6 +52,7 @@ def _build(config: RunConfig, log: Any) -> dict[str, Any]:
     import tensorflow as tf
 
     from mgpu_gui.engine import models
+    from mgpu_gui.engine.output_head import output_layer_info
 
     if not is_model_file(config.model) and config.model != DEMO:
         # A built-in's layers and sizes do not depend on its weights: none are downloaded.
@@ -72,7 +73,7 @@ def _build(config: RunConfig, log: Any) -> dict[str, Any]:
         "summary": models.model_summary(model),
         "params": int(model.count_params()),
         "input_shape": input_shape,
-        "output_units": models.output_layer_info(model)[0],
+        "output_units": output_layer_info(model)[0],
         "builder": py_builder(info, config.builder) if info and info.format == "py" else "",
     }
 
