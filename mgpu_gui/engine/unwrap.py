@@ -148,12 +148,25 @@ def _normalized(node: Any) -> Any:
     if node.get("class_name") == "Sequential":
         node["config"] = _sequential_input(node["config"])
     cfg = node.get("config")
+    if node.get("class_name") == "Functional" and isinstance(cfg, dict):
+        for key in ("input_layers", "output_layers"):
+            cfg[key] = _one_tensor(cfg.get(key))
     if node.get("class_name") == "InputLayer" and isinstance(cfg, dict):
         if "batch_input_shape" in cfg:
             cfg.setdefault("batch_shape", cfg.pop("batch_input_shape"))
         if cfg.get("ragged") is False:
             cfg.pop("ragged")
     return node
+
+
+def _one_tensor(tensors: Any) -> Any:
+    """Keras 2 wrote a single input or output as `[[name, 0, 0]]`, Keras 3 as `[name, 0,
+    0]`: rebuilt from the first, a template kept a list input, which its SavedModel
+    signature then wanted (the zoo's `export --format savedmodel` failed)."""
+    if (isinstance(tensors, list) and len(tensors) == 1 and isinstance(tensors[0], list)
+            and len(tensors[0]) == 3 and isinstance(tensors[0][0], str)):
+        return tensors[0]
+    return tensors
 
 
 def _sequential_input(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -248,7 +261,8 @@ def _append(model: Any, layers: list[Any]) -> Any:
     out = model.outputs[0]
     for layer in layers:
         out = layer(out)
-    return keras.Model(model.inputs, out, name=model.name)
+    inputs = model.inputs[0] if len(model.inputs) == 1 else model.inputs  # see _one_tensor
+    return keras.Model(inputs, out, name=model.name)
 
 
 def _compile(model: Any, training: dict | None, compile_config: dict | None, file: str) -> str:
