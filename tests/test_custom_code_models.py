@@ -95,6 +95,15 @@ def test_a_py_models_own_classes_reload_its_export_evaluate_and_export(kind, tmp
     assert card["custom_objects"] == str(model)
     assert cli.main(["evaluate", str(tmp_path / "again.keras"), "--data", str(data),
                      "--cpu", "--replicas", "1", "--json"]) == 0, capsys.readouterr().err
+    if kind != "custom_layer":
+        return
+    # Without its card (a file passed on): refused at once, then --custom-objects loads it.
+    (tmp_path / "again.classes.json").unlink()
+    again = ["evaluate", str(tmp_path / "again.keras"), "--data", str(data), "--cpu",
+             "--replicas", "1", "--json"]
+    assert cli.main(again) == 2 and "give --custom-objects FILE" in capsys.readouterr().err
+    assert cli.main([*again, "--custom-objects", str(model)]) == 0, capsys.readouterr().err
+    assert json.loads(capsys.readouterr().out)["samples"] > 0
 
 
 def test_a_model_with_its_own_rescaling_is_told_its_pixels_are_rescaled_twice(tmp_path, capsys):

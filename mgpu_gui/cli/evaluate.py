@@ -22,7 +22,7 @@ from mgpu_gui.core.events import EvaluationDone
 from mgpu_gui.core.modelfiles.card import IMAGES, card_path, read_card
 from mgpu_gui.core.modelfiles.info import ModelFileInfo
 from mgpu_gui.core.runs import preflight
-from mgpu_gui.core.runs.folder import RunDir
+from mgpu_gui.core.runs.folder import RunDir, custom_objects_for
 from mgpu_gui.core.tools.evaluate_job import EvaluateRequest
 
 MODEL_SUFFIXES = (".keras", ".h5", ".hdf5")
@@ -43,6 +43,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true",
                    help="print the whole result as JSON (the sample count, and the confusion "
                         "matrix under classifier.confusion_matrix, rows = true labels)")
+    p.add_argument("--custom-objects", type=Path, help="the .py defining the model's own "
+                   "classes, for a file saved outside this app's runs")
     p.add_argument("--csv", type=Path, help="write the per-class table to this CSV file "
                    "(one row per class, then the macro and weighted averages)")
     add_store_argument(p)
@@ -123,6 +125,7 @@ def _request(args: argparse.Namespace) -> tuple[EvaluateRequest, int | None]:
     # by the checks training makes (NaN/Inf, labels, shapes, a folder's classes).
     reader = file_inspector()
     facts = reader.inspect_model(str(model))
+    custom = custom_objects_for(model, args.custom_objects, facts.custom_objects)
     if run_id is None:
         config = _prepared_as_recorded(config, model, facts)
     info = preflight.check_data_for(config.replace(model=str(model)), facts, reader,
@@ -131,7 +134,7 @@ def _request(args: argparse.Namespace) -> tuple[EvaluateRequest, int | None]:
         _, val, test = info.split_counts(config.validation_split)
         choose_split(split, val, test)
     plan = plan_devices(devices, query_inventory())
-    return EvaluateRequest(model, config, plan, split, output), run_id
+    return EvaluateRequest(model, config, plan, split, output, custom), run_id
 
 
 def _prepared_as_recorded(config: RunConfig, model: Path, facts: ModelFileInfo) -> RunConfig:

@@ -18,6 +18,7 @@ from mgpu_gui.core.devices.nvml import query_inventory
 from mgpu_gui.core.devices.plan import plan_devices
 from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.events import PredictionsMade
+from mgpu_gui.core.runs.folder import custom_objects_for
 from mgpu_gui.core.tools.evaluate_job import PredictRequest
 
 
@@ -30,6 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top", type=int, default=5, help="classes shown per file (default 5)")
     p.add_argument("--csv", type=Path, help="write one row per file: the file, then the "
                    "class and probability of each of the top classes, and any error")
+    p.add_argument("--custom-objects", type=Path, help="the .py defining the model's own "
+                   "classes, for a file saved outside this app's runs (a run's model finds "
+                   "them itself)")
     p.set_defaults(func=run)
 
 
@@ -39,12 +43,13 @@ def run(args: argparse.Namespace) -> int:
     if args.top < 1:
         raise UserError("--top must be at least 1.")
     # A damaged or truncated file refused here, as the run setup refuses it (no TensorFlow).
-    file_inspector().inspect_model(str(args.model))
+    model = args.model.expanduser().absolute()
+    facts = file_inspector().inspect_model(str(model))
+    custom = custom_objects_for(model, args.custom_objects, facts.custom_objects)
     files = image_files(args.files)
     plan = plan_devices(DeviceSelection(replicas=1), query_inventory())
-    outcome = run_evaluator(
-        PredictRequest(args.model.expanduser().absolute(), files, plan, args.top), args,
-        "prediction")
+    outcome = run_evaluator(PredictRequest(model, files, plan, args.top, custom), args,
+                            "prediction")
     if isinstance(outcome, int):
         return outcome
     assert isinstance(outcome, PredictionsMade)

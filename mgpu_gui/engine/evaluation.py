@@ -46,7 +46,7 @@ def evaluate(request: EvaluateRequest, strategy: tf.distribute.Strategy,
     model = models.load_run_model(
         config, strategy, input_shape=prepared.input_shape,
         num_classes=prepared.num_classes or 1, log=lambda message: None,
-        custom_objects_file=custom_objects_of(request.model)).model
+        custom_objects_file=request.custom_objects or custom_objects_of(request.model)).model
     heads = getattr(model, "outputs", None) or ()  # a subclassed model's are not known
     if len(heads) > 1:
         raise ModelError(f"{request.model.name} has {len(heads)} outputs; the "

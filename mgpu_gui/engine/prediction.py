@@ -33,7 +33,8 @@ ASSUMED_RESCALE = 1 / 255
 
 
 def predict_files(request: PredictRequest) -> PredictionsMade:
-    custom = custom_objects_of(request.model)  # a run's model: the run's own classes
+    # --custom-objects, else a run's model's own classes.
+    custom = request.custom_objects or custom_objects_of(request.model)
     try:
         model = keras.saving.load_model(
             request.model, compile=False, safe_mode=True,

@@ -68,6 +68,10 @@ class ModelFileInfo:
     functions: tuple[str, ...] = ()
     # The names of the models nested in a .keras/.h5 model (transfer learning's backbone).
     nested_models: tuple[str, ...] = ()
+    # Classes and functions of the user's own a `.keras` file names (registered names):
+    # Keras rebuilds them only from their code (a custom-objects file). A `.h5` does not
+    # say which classes are Keras' own, so it lists none.
+    custom_objects: tuple[str, ...] = ()
 
     @property
     def code_lambdas(self) -> tuple[str, ...]:
@@ -148,8 +152,24 @@ def info_from_config(
         compiled=compiled, loss=loss,
         has_lambda=bool(lambdas), keras_version=keras_version, lambda_layers=lambdas,
         wrapper=find_wrapper(config), compile=compile, inputs=_inputs_of(config),
-        nested_models=nested,
+        nested_models=nested, custom_objects=_own_objects(config),
     )
+
+
+def _own_objects(config: dict[str, Any]) -> tuple[str, ...]:
+    """What a Keras 3 config names from outside Keras: each object records its `module`
+    (a class of the user's: None or the user's module; a registered function: `builtins`
+    with its "package>name" as config)."""
+    found: dict[str, None] = {}
+    for node in walk_config(config):
+        if "module" not in node or "class_name" not in node:
+            continue
+        module, inner = node.get("module"), node.get("config")
+        if module == "builtins" and isinstance(inner, str) and ">" in inner:
+            found[inner] = None
+        elif module != "builtins" and not str(module or "").startswith("keras"):
+            found[str(node.get("registered_name") or node["class_name"])] = None
+    return tuple(found)
 
 
 def _by_name(model_config: dict[str, Any], name: str) -> dict[str, Any] | None:

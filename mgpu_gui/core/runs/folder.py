@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mgpu_gui.core.config import DEMO, RunConfig
-from mgpu_gui.core.errors import ExportError, OutputError
+from mgpu_gui.core.errors import ExportError, OutputError, UserError
 from mgpu_gui.core.events import (
     EpochEnd,
     Event,
@@ -220,6 +220,26 @@ def custom_objects_of(model: Path) -> str | None:
             except (OSError, ValueError, KeyError, TypeError):
                 return None
     return None
+
+
+def custom_objects_for(model: Path, given: Path | None, own: tuple[str, ...]) -> str | None:
+    """The custom-objects file `model` loads with: `given` (--custom-objects), else the one
+    its card or run records. A UserError, before any engine starts, when the file names
+    objects of its own (`own`, from its inspection) and no file is known: Keras cannot
+    rebuild them ("Could not locate class") without their code."""
+    if given is not None:
+        given = given.expanduser().absolute()
+        if not given.is_file() or given.suffix != ".py":
+            raise UserError(f"{given} is not a .py file; give the file that defines the "
+                            "model's own classes (and a `custom_objects` dict naming them).")
+        return str(given)
+    recorded = custom_objects_of(model)
+    if recorded is None and own:
+        raise UserError(
+            f"{model.name} uses objects of its own ({', '.join(own)}), which Keras rebuilds "
+            "only from their code: give --custom-objects FILE, the .py that defines them "
+            "(with a `custom_objects` dict naming them, or the classes themselves).")
+    return recorded
 
 
 def create_run_dir(config: RunConfig) -> RunDir:

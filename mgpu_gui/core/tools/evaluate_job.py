@@ -45,19 +45,22 @@ class EvaluateRequest:
     plan: DevicePlan
     split: Split | None = None  # None: the test set when there is one, else validation
     output: Path | None = None  # folder for evaluation.json and its predictions
+    # The .py the model loads with (None: as its card or run records; folder.custom_objects_of)
+    custom_objects: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": "evaluate", "model": str(self.model), "config": self.config.to_dict(),
                 "plan": self.plan.to_json(), "split": None if self.split is None
                 else self.split.value, "output": None if self.output is None
-                else str(self.output)}
+                else str(self.output), "custom_objects": self.custom_objects}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EvaluateRequest:
         return cls(Path(data["model"]), RunConfig.from_dict(data["config"]),
                    DevicePlan.from_json(data["plan"]),
                    None if data["split"] is None else Split(data["split"]),
-                   None if data["output"] is None else Path(data["output"]))
+                   None if data["output"] is None else Path(data["output"]),
+                   data.get("custom_objects"))
 
 
 @dataclass(frozen=True)
@@ -68,15 +71,17 @@ class PredictRequest:
     files: tuple[Path, ...]
     plan: DevicePlan  # one device: files one by one need no strategy
     top: int = 5
+    custom_objects: str | None = None  # as EvaluateRequest's
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": "predict", "model": str(self.model), "plan": self.plan.to_json(),
-                "files": [str(f) for f in self.files], "top": self.top}
+                "files": [str(f) for f in self.files], "top": self.top,
+                "custom_objects": self.custom_objects}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PredictRequest:
         return cls(Path(data["model"]), tuple(Path(f) for f in data["files"]),
-                   DevicePlan.from_json(data["plan"]), data["top"])
+                   DevicePlan.from_json(data["plan"]), data["top"], data.get("custom_objects"))
 
 
 def request_from_dict(data: dict[str, Any]) -> EvaluateRequest | PredictRequest:
