@@ -419,3 +419,30 @@ def test_two_app_instances_write_the_same_store(tmp_path):
         integrity = shared._db.execute("PRAGMA integrity_check").fetchone()[0]
         assert integrity == "ok"
     assert json.loads(folders[0].config_json.read_text())["epochs"] == epochs
+
+
+def test_a_read_only_store_is_still_listed_as_it_is(tmp_path, capsys, monkeypatch):
+    """Issue 29: an intact store on a read-only mount said "unexpected OperationalError".
+    `runs` lists it read-only; what would write says why it cannot. (Root writes past file
+    modes, so the mount's refusal is SQLite's own error, raised at the first write of the
+    writable open.)"""
+    from mgpu_gui.cli import main as cli
+
+    path = tmp_path / "runs.sqlite3"
+    with RunStore(path) as store:
+        run_id, _ = make_run(store, tmp_path, "alpha")
+
+    def refused(self):
+        raise sqlite3.OperationalError("attempt to write a readonly database")
+
+    monkeypatch.setattr(storedb.StoreDatabase, "_choose_journal_mode", refused)
+    before = path.read_bytes()
+    assert cli.main(["--store", str(path), "runs"]) == 0
+    out, err = capsys.readouterr()
+    assert "alpha" in out and f"the run store {path} is read-only: listed as it is" in err
+    assert cli.main(["--store", str(path), "runs", "note", str(run_id), "x"]) == 2
+    assert f"The run store {path} cannot be written" in capsys.readouterr().err
+    assert path.read_bytes() == before
+    with RunStore(path, read_only=True) as store, pytest.raises(sqlite3.OperationalError,
+                                                                match="readonly"):
+        store.set_note(run_id, "x")

@@ -86,3 +86,10 @@ def evaluation(samples: int = 4, split: Split = Split.TEST) -> EvaluationResult:
         model="/runs/model.keras", data="demo", split=split, samples=samples, loss=0.7,
         classifier=ClassifierMetrics(("a", "b"), ((1, 1), (1, 1)), (scores, scores),
                                      scores, scores, 0.5, None, samples))
+
+
+def test_a_read_only_store_of_an_earlier_version_says_it_needs_writing_once(tmp_path):
+    path = tmp_path / "runs.sqlite3"
+    shutil.copy(FILES / f"runs-v{storedb.SCHEMA_VERSION - 1}.sqlite3", path)
+    with pytest.raises(storedb.StoreError, match="is read-only and from an earlier mgpu-gui"):
+        RunStore(path, read_only=True)

@@ -27,6 +27,7 @@ from mgpu_gui.core.runs.environment import read_environment
 from mgpu_gui.core.runs.epoch_table import export_csv
 from mgpu_gui.core.runs.search import RunQuery
 from mgpu_gui.core.runs.store import RunRecord, RunState, RunStore
+from mgpu_gui.core.runs.storedb import ReadOnlyStoreError
 from mgpu_gui.core.runs.tags import check_tags
 
 
@@ -81,14 +82,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    store = open_store(args)
+    listing = args.runs_command in (None, "export") and not args.prune
+    store = _open_for_reading(args) if listing else open_store(args)
     if args.runs_command == "export":
         return _export(store, args)
     if args.runs_command == "prune":
         return _prune(store, args)
     if args.runs_command is not None:
         return _annotate(store, args)
-    say_interrupted(store.reconcile())
+    if not store.read_only:
+        say_interrupted(store.reconcile())
     if args.prune:
         for record in store.prune():
             print(f"Removed run {record.id} ({record.name}) from the history: its folder "
@@ -102,6 +105,18 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_runs(records))
     return 0
+
+
+def _open_for_reading(args: argparse.Namespace) -> RunStore:
+    """A store that cannot be written (a read-only mount) is still listed, as it is."""
+    try:
+        return open_store(args)
+    except ReadOnlyStoreError:
+        store = RunStore(args.store, read_only=True)
+        print(f"note: the run store {store.path} is read-only: listed as it is (runs "
+              "interrupted since are not marked; notes, tags and pruning need it writable).",
+              file=sys.stderr)
+        return store
 
 
 def _annotate(store: RunStore, args: argparse.Namespace) -> int:

@@ -91,10 +91,11 @@ class RunRecord:
 class RunStore:
     """One connection to the store; open one per thread that uses it."""
 
-    def __init__(self, path: Path | None = None):
-        self._database = self.database = StoreDatabase(path)
+    def __init__(self, path: Path | None = None, *, read_only: bool = False):
+        self._database = self.database = StoreDatabase(path, read_only=read_only)
         self._db = self._database.db
         self.path = self._database.path
+        self.read_only = read_only
         self.note = self._database.note
         self.journal_mode = self._database.journal_mode
 

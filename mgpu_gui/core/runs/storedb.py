@@ -162,9 +162,18 @@ class StoreError(UserError):
     """The run store cannot be opened or is from a newer version of the app."""
 
 
+class ReadOnlyStoreError(StoreError):
+    """The run store cannot be written (it, or its folder, is read-only): it can still be
+    read (`StoreDatabase(read_only=True)`)."""
+
+
+def _read_only(error: sqlite3.DatabaseError) -> bool:
+    return "readonly" in str(error) or "read-only" in str(error)
+
+
 def unusable_store_message(path: Path, error: sqlite3.DatabaseError) -> str:
     """What to tell a user whose store SQLite refuses: which file, why, what to do."""
-    if "readonly" in str(error) or "read-only" in str(error):
+    if _read_only(error):
         return (f"The run store {path} cannot be written ({error}): it or its folder is "
                 f"read-only. Copy it to a writable folder and point {STORE_ENV} (or --store) "
                 "at the copy.")
@@ -224,12 +233,18 @@ def retry(action: Callable[[], object]) -> object:
 class StoreDatabase:
     """One connection to the store file, migrated to the current schema."""
 
-    def __init__(self, path: Path | None = None):
+    def __init__(self, path: Path | None = None, *, read_only: bool = False):
+        """`read_only`: the store as it is, for listing where it cannot be written (a
+        read-only mount): no journal change, no migration, no write."""
         self.path = (path or default_store_path()).absolute()
         self.note = ""  # said to the user when the journal mode had to change
+        self.read_only = read_only
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000,
+            if not read_only:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.db = sqlite3.connect(f"{self.path.as_uri()}?mode=ro" if read_only
+                                      else self.path, uri=read_only,
+                                      timeout=BUSY_TIMEOUT_MS / 1000,
                                       isolation_level=None, check_same_thread=False)
         except (OSError, sqlite3.Error) as error:
             raise StoreError(f"Cannot open the run store {self.path}: {error}. Point "
@@ -238,11 +253,28 @@ class StoreDatabase:
         try:
             self.db.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             self.db.execute("PRAGMA foreign_keys = ON")
-            self.journal_mode = self._choose_journal_mode()
-            self._migrate()
+            if read_only:
+                self.journal_mode = "read-only"
+                self._check_current(self._version())
+            else:
+                self.journal_mode = self._choose_journal_mode()
+                self._migrate()
         except sqlite3.DatabaseError as error:  # not a database, damaged, or read-only
             self.db.close()
-            raise StoreError(unusable_store_message(self.path, error)) from error
+            kind = ReadOnlyStoreError if _read_only(error) else StoreError
+            raise kind(unusable_store_message(self.path, error)) from error
+        except StoreError:
+            self.db.close()
+            raise
+
+    def _check_current(self, version: int) -> None:
+        """A read-only store is read as it is: one of an earlier schema would need writing."""
+        self._check_version(version)
+        if version != SCHEMA_VERSION:
+            raise StoreError(
+                f"The run store {self.path} is read-only and from an earlier mgpu-gui (schema "
+                f"{version}, this one reads {SCHEMA_VERSION}); open it once where it can be "
+                f"written, or copy it to a writable folder and point {STORE_ENV} at the copy.")
 
     def close(self) -> None:
         self.db.close()
