@@ -89,6 +89,18 @@ def test_reaches_100_percent_when_done(panel):
     assert panel.total_eta_label.text() == "done"
 
 
+def test_after_the_last_epoch_no_eta_is_promised(panel):
+    """Issue 30, finding 6: "Total 100 % · ETA 1 m 28 s" while the test set and the
+    exports ran."""
+    panel.handle_event(started(epochs=2))
+    for epoch in range(2):
+        panel.handle_event(batch(epoch, 9, T0 + 10 * epoch + 9))
+        panel.handle_event(epoch_end(epoch, T0 + 10 * epoch + 10))
+    assert panel.total_bar.value() == BAR_MAX
+    assert panel.total_eta_label.text() == "finishing…"
+    assert panel.epoch_eta_label.text() == "done"
+
+
 def test_early_stop_is_complete_too(panel):
     panel.handle_event(started(epochs=20))
     panel.handle_event(epoch_end(0, T0 + 11))
@@ -99,10 +111,15 @@ def test_early_stop_is_complete_too(panel):
 
 
 def test_stop_and_failure_keep_the_bars(panel):
+    """Issue 30, finding 6: after a stop the epoch it cut short read "100 % · 11/11 steps",
+    though the log said it was discarded."""
     panel.handle_event(started())
     panel.handle_event(batch(0, 4, T0 + 5))
     panel.handle_event(RunFinished(status=RunStatus.STOPPED, epochs_done=0))
     assert panel.epoch_bar.value() == BAR_MAX // 2 and panel.total_eta_label.text() == "stopped"
+    assert panel.epoch_bar.format().endswith("5/10 steps, discarded")
+    assert panel.total_bar.value() == 0 and "0 of 4 epochs kept" in panel.total_bar.format()
+    assert "a resume trains from epoch 1" in panel.status_label.text()
     panel.handle_event(RunFailed(message="x", phase=Phase.TRAINING, error_type="E"))
     assert panel.total_eta_label.text() == "failed"
 

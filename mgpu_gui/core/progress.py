@@ -68,6 +68,10 @@ class Progress:
         return elapsed / self.step * (self.steps - self.step)
 
     def total_eta(self, now: float | None = None) -> float | None:
+        """None once every epoch ended: what follows (the test set, the exports) has no
+        measure to go by."""
+        if self.done:
+            return None
         epoch_left = self.epoch_eta(now)
         if self._epochs_timed:
             per_epoch = self._epoch_seconds

@@ -193,8 +193,12 @@ class ProgressPanel(QWidget):
         self._set_bar(self.epoch_bar, p.epoch_fraction,
                       f"{steps}/{p.steps} steps" if p.steps else "")
         self._set_bar(self.total_bar, p.total_fraction)
-        self.epoch_eta_label.setText(f"ETA {format_duration(p.epoch_eta(now))}")
-        self.total_eta_label.setText(f"ETA {format_duration(p.total_eta(now))}")
+        if p.done:  # the epochs are over; the test set and the exports are not
+            self.epoch_eta_label.setText("done")
+            self.total_eta_label.setText("finishing…")
+        else:
+            self.epoch_eta_label.setText(f"ETA {format_duration(p.epoch_eta(now))}")
+            self.total_eta_label.setText(f"ETA {format_duration(p.total_eta(now))}")
         if self._started is not None:
             self.status_label.setText(status_text(self._started, p.samples_per_s))
 
@@ -209,8 +213,21 @@ class ProgressPanel(QWidget):
             self.epoch_eta_label.setText("done")
             self.total_eta_label.setText(done)
         else:
+            if event.status is RunStatus.STOPPED and p.step and not p.done:
+                self._discarded(event.epochs_done)
             self.epoch_eta_label.setText(event.status.value)
             self.total_eta_label.setText(event.status.value)
+
+    def _discarded(self, epochs_done: int) -> None:
+        """A stop mid-epoch: the steps of that epoch are not kept (a resume trains it again
+        from its start), so the bars say so instead of a complete-looking epoch."""
+        p = self.progress
+        self._set_bar(self.epoch_bar, p.epoch_fraction, f"{p.step}/{p.steps} steps, discarded")
+        self._set_bar(self.total_bar, epochs_done / p.epochs if p.epochs else 0.0,
+                      f"{epochs_done} of {p.epochs} epochs kept")
+        self.status_label.setText(
+            f"Stopped in epoch {p.epoch + 1}: its {p.step} steps are not kept; a resume "
+            f"trains from epoch {epochs_done + 1}.")
 
     @staticmethod
     def _set_bar(bar: QProgressBar, fraction: float, detail: str = "") -> None:
