@@ -184,12 +184,16 @@ def test_run_setup_offers_the_builtins_and_their_weights(qtbot):
     qtbot.addWidget(banner)
     failed = RunFailed(message="could not be downloaded", phase=Phase.SETUP,
                        error_type="WeightsUnavailable")
+    started = []
     assert panel.failure_offer(RunFailed(message="x", phase=Phase.SETUP,
-                                         error_type="DataError")) is None
-    banner.show_error(failed.message, "", panel.failure_offer(failed))
+                                         error_type="DataError"), started.append) is None
+    banner.show_error(failed.message, "",
+                      panel.failure_offer(failed, lambda: started.append(panel.build_config())))
     assert banner.action_button.text() == "Train from scratch"
     banner.action_button.click()
     assert banner.isHidden() and panel.build_config().pretrained == "none"
+    # It trains, as it says (issue 30, finding 4: it only changed the setting).
+    assert [c.pretrained for c in started] == ["none"]
     panel.shutdown()
 
 

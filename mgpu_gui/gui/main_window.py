@@ -291,7 +291,7 @@ class MainWindow(WindowActions, ToolDialogs, SweepActions, RunHistory, ExportAct
             self.statusBar().showMessage(status_text(event, None))
         if isinstance(event, RunFailed):
             self.banner.show_error(event.message, event.traceback,
-                                   self.run_setup.failure_offer(event))
+                                   self.run_setup.failure_offer(event, self.start_training))
         if isinstance(event, RunStarted | EpochEnd):
             self.runs_panel.refresh()  # recorded before it was emitted: the table is current
 

@@ -133,12 +133,19 @@ class RunSetupPanel(RunSetupForm):
     def recent_models(self) -> list[str]:
         return self._recent.paths()
 
-    def failure_offer(self, failed: RunFailed) -> BannerAction | None:
+    def failure_offer(self, failed: RunFailed, train: Callable[[], None]
+                      ) -> BannerAction | None:
         """What the banner offers for a run that failed: training from scratch, when a
-        built-in's pretrained weights could not be downloaded."""
+        built-in's pretrained weights could not be downloaded; the action starts that run
+        (`train`), as it says (issue 30: it only changed the setting)."""
         if failed.error_type != WeightsUnavailable.__name__:
             return None
-        return BannerAction("Train from scratch", self.train_from_scratch)
+
+        def from_scratch() -> None:
+            self.train_from_scratch()
+            train()
+
+        return BannerAction("Train from scratch", from_scratch)
 
     def show_summary(self) -> None:
         """Build the model in a probe process; the result arrives via `summary_ready`."""
