@@ -267,6 +267,11 @@ def test_the_estimate_counts_epochs_and_times_by_the_last_similar_run():
     assert alone.text.endswith("no earlier run of demo on demo to time it by")
     mixed = estimate(plan_trials(grid(("epochs", "2,4"))), past, at_once=1)
     assert mixed.text.startswith("2 trials, 6 epochs in all; about 12 s")
+    # Each trial starts and finishes too (issue 30: 5 s estimated, 28 s taken).
+    slow_start = [dataclasses.replace(past[1], overhead_s=11.0)]
+    found = estimate(trials, slow_start, at_once=2)
+    assert found.seconds == pytest.approx(24.0 + 4 * 11.0)  # 4 trials per slot
+    assert "2 s per epoch and 11 s to start and finish as run demo-new" in found.text
 
 
 # -- results, scatter and parallel coordinates ------------------------------------------------

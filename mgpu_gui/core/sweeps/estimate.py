@@ -1,8 +1,10 @@
 """How much a sweep is before it starts: trials x epochs, and a time from past runs.
 
-The time goes by the last similar run (same model and data) and its seconds per epoch;
-trials of other settings (batch, GPUs) may train faster or slower, so it is a guide, and
-says which run it goes by, or that there is none.
+The time goes by the last similar run (same model and data): its seconds per epoch, and
+its time outside the epochs (starting the engine, building and rehearsing, the test set,
+the exports), which every trial pays again; left out, a 2-trial demo sweep was estimated
+at 5 s and took 28 (issue 30). Trials of other settings (batch, GPUs) may train faster or
+slower, so it is a guide, and says which run it goes by, or that there is none.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ class PastRun:
     data: str
     ended: float  # the latest similar run is the guide
     seconds_per_epoch: float
+    overhead_s: float = 0.0  # its wall time outside its epochs (0: not known)
 
 
 @dataclass(frozen=True)
@@ -45,8 +48,10 @@ class SweepEstimate:
             model, data = self.missing[0]
             return (f"{total}; no earlier run of {Path(model).name} on {Path(data).name} to "
                     "time it by")
-        guides = ", ".join(f"{g.seconds_per_epoch:.3g} s per epoch as run {g.name}"
-                           for g in self.guides)
+        guides = ", ".join(
+            f"{g.seconds_per_epoch:.3g} s per epoch"
+            + (f" and {format_duration(g.overhead_s)} to start and finish" if g.overhead_s
+               else "") + f" as run {g.name}" for g in self.guides)
         return (f"{total}; about {format_duration(self.seconds)} with {self.at_once} at a time "
                 f"({guides})")
 
@@ -70,7 +75,8 @@ def estimate(trials: Sequence[Trial], past: Iterable[PastRun], *, at_once: int
         return SweepEstimate(len(trials), epochs, per_trial, at_once, None, (), missing)
     slots = [0.0] * at_once
     for trial in trials:
-        pace = latest[(trial.config.model, trial.config.data)].seconds_per_epoch
-        slots[slots.index(min(slots))] += trial.config.epochs * pace
+        guide = latest[(trial.config.model, trial.config.data)]
+        slots[slots.index(min(slots))] += (guide.overhead_s
+                                           + trial.config.epochs * guide.seconds_per_epoch)
     return SweepEstimate(len(trials), epochs, per_trial, at_once, max(slots),
                          tuple(latest[key] for key in needed), ())

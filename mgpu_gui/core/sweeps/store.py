@@ -245,14 +245,19 @@ def sweep_estimate(store: RunStore, spec: SweepSpec) -> SweepEstimate:
 
 
 def past_runs(store: RunStore, keys: set[tuple[str, str]]) -> list[PastRun]:
-    """Ended runs of these (model, data) with their mean seconds per epoch."""
+    """Ended runs of these (model, data) with their mean seconds per epoch and their time
+    outside the epochs (from created to ended; known for a run of one attempt only: a
+    resumed run's span holds its pause)."""
     found = []
     for model, data in keys:
         rows = store.database.db.execute(
-            "SELECT r.name, r.ended, AVG(e.duration_s) AS pace FROM runs r JOIN epochs e "
-            "ON e.run_id = r.id WHERE r.model = ? AND r.data = ? AND r.ended IS NOT NULL "
-            "AND e.duration_s > 0 GROUP BY r.id", (model, data)).fetchall()
-        found += [PastRun(row["name"], model, data, row["ended"], row["pace"]) for row in rows]
+            "SELECT r.name, r.ended, r.created, r.attempts, AVG(e.duration_s) AS pace, "
+            "SUM(e.duration_s) AS trained FROM runs r JOIN epochs e ON e.run_id = r.id "
+            "WHERE r.model = ? AND r.data = ? AND r.ended IS NOT NULL AND e.duration_s > 0 "
+            "GROUP BY r.id", (model, data)).fetchall()
+        found += [PastRun(row["name"], model, data, row["ended"], row["pace"],
+                          max(0.0, row["ended"] - row["created"] - row["trained"])
+                          if row["attempts"] <= 1 else 0.0) for row in rows]
     return found
 
 
