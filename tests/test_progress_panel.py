@@ -12,6 +12,8 @@ from mgpu_gui.core.events import (
     RunFinished,
     RunStarted,
     RunStatus,
+    SetupProgress,
+    SetupStep,
 )
 from mgpu_gui.gui.panels.progress import BAR_MAX, ProgressPanel, device_text
 
@@ -156,3 +158,35 @@ def test_reset(panel):
     panel.handle_event(batch(0, 4, T0 + 5))
     panel.reset()
     assert panel.epoch_bar.value() == 0 and panel.status_label.text() == "No run"
+
+
+def test_from_train_to_the_first_batch_the_status_names_the_step_and_its_time(panel,
+                                                                             monkeypatch):
+    """Issue 30, finding 3: "Epoch 1/2 0 % · 0/5 steps ETA --" for 2.5 minutes while the
+    first step was built, with "No run" in the status line."""
+    clock = [100.0]
+    monkeypatch.setattr("mgpu_gui.gui.panels.progress.time.monotonic", lambda: clock[0])
+    panel.starting()
+    assert panel.status_label.text() == "Starting the engine… 0 s"
+    clock[0] += 7
+    panel._tick()  # what the one-second timer does
+    assert panel.status_label.text() == "Starting the engine… 7 s"
+    for step in (SetupStep.DATA, SetupStep.MODEL, SetupStep.REHEARSAL):
+        panel.handle_event(SetupProgress(step=step.value))
+    clock[0] += 3
+    panel._tick()
+    assert panel.status_label.text() == "Rehearsing the run before epoch 1… 3 s"
+    panel.handle_event(started())
+    panel.handle_event(SetupProgress(step=SetupStep.FIRST_STEP.value))
+    clock[0] += 150
+    panel._tick()
+    assert panel.status_label.text() == "Compiling the first step… 2 m 30 s"
+    assert panel._ticker.isActive()
+    panel.handle_event(batch(0, 0, T0 + 1))  # the first batch: the device line again
+    assert not panel._ticker.isActive()
+    assert panel.status_label.text().startswith("GPUs 0,1 · 2 replicas")
+    panel.starting("Resuming r (3 of 10 epochs done) at epoch 4")
+    assert panel.status_label.text() == ("Resuming r (3 of 10 epochs done) at epoch 4: "
+                                         "Starting the engine… 0 s")
+    panel.run_ended()  # killed before a word
+    assert not panel._ticker.isActive()

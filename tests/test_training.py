@@ -26,6 +26,8 @@ from mgpu_gui.core.events import (
     RunFinished,
     RunStarted,
     RunStatus,
+    SetupProgress,
+    SetupStep,
 )
 from mgpu_gui.core.runs import checkpoints as ckpt
 from mgpu_gui.core.runs.folder import RunDir
@@ -109,6 +111,8 @@ def test_trains_on_replicas_with_a_partial_last_batch(hosts, files, tmp_path, re
     assert started.global_batch == GLOBAL_BATCH
     assert started.batch_per_replica == GLOBAL_BATCH // replicas
     assert (started.steps_per_epoch, started.dropped_per_epoch) == (7, 26)
+    # What the worker does before its first batch, said as it begins (issue 30, finding 3).
+    assert [e.step for e in only(events, SetupProgress)] == [s.value for s in SetupStep]
     losses = [e.metrics["loss"] for e in only(events, EpochEnd)]
     assert len(losses) == 4 and all(math.isfinite(v) for v in losses)
     assert losses[-1] < losses[0]

@@ -109,6 +109,23 @@ class EpochEnd(Event):
     input_wait: float | None = None  # as BatchEnd's, over the epoch (None: not measured)
 
 
+class SetupStep(StrEnum):
+    """What a run's worker does before its first batch: minutes on a busy machine (a
+    MobileNet's first step took 2.5 on two shared cores), where the run must not look dead
+    (issue 30, finding 3)."""
+
+    DATA = "reading the data"
+    MODEL = "building the model"
+    REHEARSAL = "rehearsing the run before epoch 1"
+    FIRST_STEP = "compiling the first step"
+
+
+@dataclass(frozen=True)
+class SetupProgress(Event):
+    type: ClassVar[str] = "setup_progress"
+    step: str  # a SetupStep
+
+
 @dataclass(frozen=True)
 class StageStarted(Event):
     """A transfer-learning run (RunConfig.freeze_epochs) begins one of its two stages: 1
@@ -275,27 +292,6 @@ class ListSink:
 
 
 # -- the file inspector child (processes/inspector.py, core/children/inspector.py) ----------
-class InspectKind(StrEnum):
-    MODEL = "model"  # a .keras, .h5 or .py model file -> ModelFileInfo
-    DATA = "data"  # an .npz dataset file -> DataInfo (folders need no child: nothing is parsed)
-
-
-@dataclass(frozen=True)
-class InspectRequest:
-    """One file for the inspector child to read: one JSON line on its stdin."""
-
-    kind: InspectKind
-    path: str
-
-    def to_json(self) -> str:
-        return json.dumps(to_plain(dataclasses.asdict(self)))
-
-    @classmethod
-    def from_json(cls, line: str) -> InspectRequest:
-        data = json.loads(line)
-        return cls(InspectKind(data["kind"]), data["path"])
-
-
 @dataclass(frozen=True)
 class InspectorReady(Event):
     """The inspector child is up and capped its address space at `memory_limit` bytes."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,6 +35,8 @@ from mgpu_gui.core.events import (
     RunFinished,
     RunStarted,
     RunStatus,
+    SetupProgress,
+    SetupStep,
 )
 from mgpu_gui.core.lr_schedule import LinearScaling, format_lr
 from mgpu_gui.core.modelfiles.card import ModelCard
@@ -156,15 +158,19 @@ def _run(config: RunConfig, run_dir: RunDir, plan: DevicePlan, strategy: tf.dist
     def log(message: str, level: str = "info") -> None:
         sink.emit(LogMessage(message=message, level=level))
 
+    def step(now: SetupStep) -> None:
+        sink.emit(SetupProgress(step=now.value))
+
     if config.seed is not None:
         keras.utils.set_random_seed(config.seed)
-    setup = prepare(config, strategy, log, run_dir.cache)
+    setup = prepare(config, strategy, log, run_dir.cache, step)
     model, prepared = setup.model, setup.data
     if config.freeze_epochs:  # a .py builder's backbone shows only now: refuse before starting
         transfer.find_backbone(model, config.model)
     # A .py builder's (or the demo's) size was unknown to the preflight.
     ckpt.check_free_space(run_dir.path.parent, ckpt.space_needed(
         int(model.count_params()) * 4 * ckpt.ADAM_FACTOR, len(config.export_formats)))
+    step(SetupStep.REHEARSAL)
     rehearsal.run(config, model, prepared, setup.relabel, strategy.num_replicas_in_sync,
                   evaluate=loop.evaluates_alone, exports=loop.chief, log=log)
     if loop.chief:
@@ -188,6 +194,7 @@ def _run(config: RunConfig, run_dir: RunDir, plan: DevicePlan, strategy: tf.dist
         optimizer=optimizer, learning_rate=learning_rate,
         optimizer_source=setup.compile_source.value, file_optimizer=setup.file_optimizer,
     ))
+    step(SetupStep.FIRST_STEP)
     if dropped:
         log(f"{dropped} of {prepared.train_samples} training samples are left out of each "
             f"epoch (the partial last batch): every replica must get a full share. "
@@ -285,11 +292,15 @@ class _StoppedEnd:
 
 
 def prepare(config: RunConfig, strategy: tf.distribute.Strategy, log,
-            cache_dir: Path | None = None) -> TrainingSetup:
+            cache_dir: Path | None = None,
+            step: Callable[[SetupStep], None] = lambda now: None) -> TrainingSetup:
     """Load data and model under the strategy, match labels to the loss, batch the data
-    (an image folder too large for memory is cached in `cache_dir`, when given)."""
+    (an image folder too large for memory is cached in `cache_dir`, when given). `step`
+    hears which part begins."""
     pipeline = inputs.pipeline_for(config)
+    step(SetupStep.DATA)
     prepared = inputs.load(config, pipeline)
+    step(SetupStep.MODEL)
     replicas = strategy.num_replicas_in_sync
     loaded = models.load_run_model(config, strategy, input_shape=prepared.input_shape,
                                    num_classes=prepared.num_classes, log=log,

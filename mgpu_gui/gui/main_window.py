@@ -256,6 +256,7 @@ class MainWindow(WindowActions, ToolDialogs, SweepActions, RunHistory, ExportAct
         else:
             self.curves.reset()
             self.progress.reset()
+            self.progress.starting()
             self.log.append_message(f"Starting a run in {run.run_dir.path}")
         self.gpu_panel.set_own_pids({self.controller.worker_pid} - {None})
         self._watch_telemetry(run.run_id)
@@ -275,8 +276,8 @@ class MainWindow(WindowActions, ToolDialogs, SweepActions, RunHistory, ExportAct
         self.curves.load_events(events)
         self.progress.reset()
         done, total = run.run_dir.backup_epoch(), run.config.epochs
-        self.progress.show_note(f"Resuming {run.run_dir.path.name}: {done} of {total} epochs "
-                                f"done, continuing with epoch {done + 1}…")
+        self.progress.starting(f"Resuming {run.run_dir.path.name} ({done} of {total} epochs "
+                               f"done) at epoch {done + 1}")
         self.log.append_message(f"Resuming the run in {run.run_dir.path} at epoch {done + 1} "
                                 f"of {total}")
 
@@ -298,6 +299,7 @@ class MainWindow(WindowActions, ToolDialogs, SweepActions, RunHistory, ExportAct
     def _run_finished(self, outcome: RunOutcome) -> None:
         self.runs_panel.refresh()
         self.gpu_panel.set_own_pids(set())
+        self.progress.run_ended()  # a worker killed before its first batch said nothing
         if outcome.status is RunStatus.FAILED and not any(
                 isinstance(e, RunFailed) for e in outcome.events):
             self.banner.show_error(outcome.message)  # the worker died without a word

@@ -29,10 +29,9 @@ from mgpu_gui.core.events import (
     Event,
     FileInspected,
     InspectFailed,
-    InspectKind,
     InspectorReady,
-    InspectRequest,
 )
+from mgpu_gui.core.inspect_request import InspectKind, InspectRequest
 from mgpu_gui.core.modelfiles.inspection import inspect_model_file
 from mgpu_gui.core.plain import to_plain
 

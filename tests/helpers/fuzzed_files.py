@@ -24,7 +24,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from mgpu_gui.core.events import InspectKind
+from mgpu_gui.core.inspect_request import InspectKind
 
 BOMB_MIB = 2048  # more than the inspector's 1 GiB memory headroom
 _ZEROS = bytes(1 << 20)

@@ -41,11 +41,10 @@ from mgpu_gui.core.events import (
     DataChecked,
     FileInspected,
     InspectFailed,
-    InspectKind,
     InspectorReady,
-    InspectRequest,
     parse_event,
 )
+from mgpu_gui.core.inspect_request import InspectKind, InspectRequest
 from mgpu_gui.core.modelfiles.info import ModelFileInfo
 from mgpu_gui.core.plain import from_plain
 

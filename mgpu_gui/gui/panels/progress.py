@@ -2,15 +2,18 @@
 
 Fractions and ETAs come from `core.progress.Progress`, the same as the CLI's line.
 ETAs are computed at each event's own time, so they need no timer and a loaded
-run shows what it showed live. A past run shown from the Runs tab has no live
+run shows what it showed live. From Train to the first batch (minutes for a big model
+on a busy machine) the status line names what the worker does and for how long, counted
+by a one-second timer, so the run never looks dead. A past run shown from the Runs tab has no live
 events: `show_past` shows how far it got and how it ended, from its record.
 """
 
 from __future__ import annotations
 
 import re
+import time
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QGridLayout, QLabel, QProgressBar, QSizePolicy, QWidget
 
 from mgpu_gui.core.events import (
@@ -22,6 +25,7 @@ from mgpu_gui.core.events import (
     RunFinished,
     RunStarted,
     RunStatus,
+    SetupProgress,
 )
 from mgpu_gui.core.progress import Progress, format_duration, format_rate
 
@@ -130,6 +134,10 @@ class ProgressPanel(QWidget):
         layout.setColumnStretch(1, 3)  # "100 % · 100/100 steps" needs more than "100 %"
         layout.setColumnStretch(4, 2)
         layout.setRowStretch(3, 1)  # given more height (a splitter drag), the rows stay on top
+        self._ticker = QTimer(self)
+        self._ticker.setInterval(1000)
+        self._ticker.timeout.connect(self._tick)
+        self._step, self._step_since, self._prefix = "", 0.0, ""
         self.reset()
 
     @staticmethod
@@ -141,6 +149,7 @@ class ProgressPanel(QWidget):
         return bar
 
     def reset(self) -> None:
+        self._end_steps()
         self.progress = Progress()
         self._started: RunStarted | None = None
         self.epoch_label.setText("Epoch –")
@@ -169,7 +178,36 @@ class ProgressPanel(QWidget):
         self.total_eta_label.setText(state)
         self.status_label.setText(note)
 
+    def starting(self, prefix: str = "") -> None:
+        """The worker was launched: its steps before the first batch are said, each with
+        its time so far, after `prefix` (a resume's note)."""
+        self._prefix = prefix
+        self._set_step("starting the engine")
+
+    def _set_step(self, step: str) -> None:
+        self._step, self._step_since = step, time.monotonic()
+        self._ticker.start()
+        self._tick()
+
+    def _tick(self) -> None:
+        text = (f"{self._step[:1].upper()}{self._step[1:]}… "
+                f"{format_duration(time.monotonic() - self._step_since)}")
+        self.status_label.setText(f"{self._prefix}: {text}" if self._prefix else text)
+
+    def run_ended(self) -> None:
+        """The worker is gone, whatever it said: no step goes on being counted."""
+        self._end_steps()
+
+    def _end_steps(self) -> None:
+        self._ticker.stop()
+        self._step = ""
+
     def handle_event(self, event: Event) -> None:
+        if isinstance(event, SetupProgress):
+            self._set_step(event.step)
+            return
+        if isinstance(event, BatchEnd | RunFinished | RunFailed):
+            self._end_steps()
         if isinstance(event, RunStarted):
             if event.initial_epoch == 0 or self._started is None:
                 self.reset()
@@ -199,7 +237,7 @@ class ProgressPanel(QWidget):
         else:
             self.epoch_eta_label.setText(f"ETA {format_duration(p.epoch_eta(now))}")
             self.total_eta_label.setText(f"ETA {format_duration(p.total_eta(now))}")
-        if self._started is not None:
+        if self._started is not None and not self._step:
             self.status_label.setText(status_text(self._started, p.samples_per_s))
 
     def _on_finished(self, event: RunFinished) -> None:
