@@ -160,10 +160,6 @@ class ProgressPanel(QWidget):
         self.status_label.setText("No run")
         self.diagnosis_label.set_verdict("")
 
-    def show_note(self, text: str) -> None:
-        """A line in place of the run status: a past run shown, a resume starting."""
-        self.status_label.setText(text)
-
     def show_past(self, epochs_done: int, epochs: int, state: str, note: str) -> None:
         """A stored run: its last complete epoch of `epochs`, the share of all epochs
         done, and `state` ("stopped", "completed", ...) where the ETAs were."""
