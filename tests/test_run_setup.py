@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PySide6.QtCore import QMimeData, QPointF, QSettings, Qt, QUrl
+from PySide6.QtCore import QMimeData, QPoint, QPointF, QRect, QSettings, Qt, QUrl
 from PySide6.QtGui import QDropEvent
 from PySide6.QtWidgets import (
     QAbstractButton,
@@ -34,6 +34,7 @@ from mgpu_gui.core.devices.nvml import GpuInfo
 from mgpu_gui.core.errors import DataError, ModelError
 from mgpu_gui.core.modelfiles.inspection import inspect_model_file
 from mgpu_gui.gui.panels.run_setup import RunSetupPanel
+from mgpu_gui.gui.widgets.form_scroll import FormScrollArea
 from tests.helpers.file_reads import count_reads
 
 
@@ -82,7 +83,7 @@ def test_checks_are_debounced_and_flag_the_field(panel, qtbot, tmp_path):
     assert message in panel.problems_label.text()
     assert panel.problems_label.isVisibleTo(panel)
     assert message in panel.model_combo.toolTip()
-    assert "problem" in panel.summary_label.text()
+    assert message in panel.summary_label.toolTip()
     with qtbot.waitSignal(panel.validity_changed, timeout=2000) as signal:
         panel.model_edit.setText("demo")
     assert signal.args == [True]
@@ -392,3 +393,56 @@ def test_batch_and_replica_changes_do_not_read_the_files_again(panel, tmp_path, 
     panel.height_spin.setValue(16)  # the image size decides the folder's input shape
     panel.check_now()
     assert calls == {"data": 2, "model": 1}
+
+
+# -- issue 30, finding 9 -------------------------------------------------------------------
+def test_a_blank_field_is_outlined_only_once_the_user_typed_in_it(panel):
+    """9f: choosing 'Image folder' outlined its empty path red before anything was typed."""
+    panel.data_kind.setCurrentIndex(panel.data_kind.findData("images"))
+    panel.check_now()
+    assert "choose the image folder" in panel.problems()["data"] and not panel.is_valid()
+    assert not panel.data_edit.property("invalid")
+    assert not panel.problems_label.isVisibleTo(panel)  # the red list: nothing wrong yet
+    line = panel.summary_label.text()
+    assert "choose the image folder" in line and "⚠" not in line  # the next step, not red
+    panel.data_edit.setText("x")
+    panel.data_edit.clear()  # typed, then erased: now it is missing
+    panel.check_now()
+    assert panel.data_edit.property("invalid") is True
+    assert "⚠" in panel.summary_label.text() and panel.problems_label.isVisibleTo(panel)
+
+
+@pytest.fixture
+def scroll(panel, qtbot):
+    """The panel in the window's scroll area, in a laptop's room for it."""
+    area = FormScrollArea(panel)
+    area.resize(420, 320)
+    area.show()
+    qtbot.waitExposed(area)
+    yield area
+    area.takeWidget()  # the panel goes back to its own fixture, which shuts it down
+    area.deleteLater()
+
+
+def test_the_line_beside_train_says_the_problem_and_goes_to_its_field(panel, scroll, qtbot,
+                                                                      tmp_path):
+    """9g: "1 problem to fix: Model (see below)" pointed at a list off screen at 720p."""
+    panel.sections["optimization"].set_open(False)
+    panel.lr_edit.setText("fast")
+    panel.check_now()
+    line = panel.summary_label
+    assert "see below" not in line.text()
+    assert "⚠" in line.text() and "fast is not a number" in line.text()
+    line.linkActivated.emit("learning_rate")  # a click on its name
+    assert panel.sections["optimization"].is_open()
+    assert panel.focusWidget() is panel.lr_edit
+    viewport = scroll.viewport()
+    qtbot.waitUntil(lambda: viewport.rect().contains(
+        QRect(panel.lr_edit.mapTo(viewport, QPoint(0, 0)), panel.lr_edit.size())))
+    # A long message is cut to the two lines kept beside Train: the rows below stay put.
+    panel.set_model_path(tmp_path / ("a-long-folder-name-" * 8) / "model.keras")
+    panel.check_now()
+    assert list(panel.problems())[0] == "model" and "…" in line.text()
+    two_lines = 2 * line.fontMetrics().lineSpacing()
+    assert line.heightForWidth(line.width()) <= two_lines < line.height() + 1
+    assert panel.problems()["model"] in line.toolTip()

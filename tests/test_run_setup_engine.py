@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shlex
+import sys
+
 from PySide6.QtCore import QSettings, Qt
 
 from mgpu_gui.core.config import RunConfig
@@ -80,3 +83,34 @@ def test_jax_not_installed_is_a_setup_problem_on_the_engine(panel, monkeypatch):
     assert panel.engine_combo.property("invalid")
     assert "<b>Engine</b>" in panel.problems_label.text()
     assert "Engine" in panel.summary_label.text()
+
+
+def test_an_engine_not_installed_shows_this_pythons_install_command(qtbot, monkeypatch):
+    """Issue 30, finding 9e: JAX's install hint was only in the disabled item's tooltip and
+    named a bare `pip`, which may be another environment's."""
+    monkeypatch.setattr("mgpu_gui.gui.widgets.engine_choice.installed_engines",
+                        lambda: [Engine.TENSORFLOW])
+    monkeypatch.setattr("mgpu_gui.core.engines.installed", lambda engine: engine != "jax")
+    panel = RunSetupPanel()
+    qtbot.addWidget(panel)
+    python = shlex.quote(sys.executable)
+    commands = [field.text() for field in panel.engine_install.commands]
+    assert commands == [f"{python} -m pip install 'mgpu-gui[jax]'",
+                        f"{python} -m pip install 'mgpu-gui[jax-cuda]'"]
+    panel.sections["speed"].set_open(True)
+    assert panel.engine_install.isVisibleTo(panel)
+    assert all(field.isReadOnly() for field in panel.engine_install.commands)
+    panel.set_config(RunConfig(engine="jax"))  # a saved choice: the check says the same
+    panel.check_now()
+    assert f"{python} -m pip install 'mgpu-gui[jax]'" in panel.problems()["engine"]
+    panel.shutdown()
+
+
+def test_no_install_note_where_every_engine_is_installed(qtbot, monkeypatch):
+    monkeypatch.setattr("mgpu_gui.gui.widgets.engine_choice.installed_engines",
+                        lambda: list(Engine))
+    panel = RunSetupPanel()
+    qtbot.addWidget(panel)
+    panel.sections["speed"].set_open(True)
+    assert not panel.engine_install.isVisibleTo(panel) and panel.engine_install.commands == []
+    panel.shutdown()

@@ -231,3 +231,17 @@ def test_run_menu_sweep_opens_the_dialog_over_the_current_settings(window):
     assert dialog.base == window._current_config() and dialog.base.epochs == 4
     assert not dialog.compiled_model  # the demo model brings no optimizer of its own
     dialog.reject()
+
+
+def test_a_row_is_not_red_before_its_values_are_typed(dialog):
+    """Issue 30, finding 9f: a new row's empty values were outlined red at once."""
+    row = dialog.rows[0]
+    assert not dialog.start_button.isEnabled()
+    assert row.message.text().startswith("give the values to try")
+    assert row.message.property("role") == "hint" and not row.values.property("invalid")
+    assert dialog.problems_label.isHidden()
+    row.values.setText("1e-3")
+    row.values.clear()  # typed, then erased: now they are missing
+    assert row.message.property("role") == "error" and row.values.property("invalid") is True
+    assert not dialog.problems_label.isHidden()
+    assert "Fix the values of Learning rate" in dialog.problems_label.text()

@@ -9,13 +9,22 @@ backend starts.
 from __future__ import annotations
 
 import importlib.util
+import shlex
+import sys
 from collections.abc import Mapping
 from enum import StrEnum
 
+
+def pip_install(requirement: str, *options: str) -> str:
+    """The command that installs `requirement` into the Python running this: a bare `pip`
+    may be another environment's (the system's, or a different venv's)."""
+    return shlex.join([sys.executable, "-m", "pip", "install", *options, requirement])
+
+
 JAX_EXTRA = "mgpu-gui[jax]"
 JAX_CUDA_EXTRA = "mgpu-gui[jax-cuda]"  # JAX's NVIDIA build
-JAX_EXTRA_HINT = f"pip install '{JAX_EXTRA}'"
-JAX_CUDA_EXTRA_HINT = f"pip install '{JAX_CUDA_EXTRA}'"
+JAX_EXTRA_HINT = pip_install(JAX_EXTRA)
+JAX_CUDA_EXTRA_HINT = pip_install(JAX_CUDA_EXTRA)
 # JAX otherwise takes 75 % of every GPU it sees at start: the GPU panel, claims of other
 # runs and the batch finder would all see a full GPU. Every JAX child sets it.
 NO_PREALLOCATION = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}

@@ -23,7 +23,7 @@ from typing import Any
 
 from mgpu_gui.core.config import DeviceKind
 from mgpu_gui.core.devices.plan import DevicePlan
-from mgpu_gui.core.engines import HOST_DEVICES_FLAG
+from mgpu_gui.core.engines import HOST_DEVICES_FLAG, JAX_CUDA_EXTRA_HINT
 from mgpu_gui.core.errors import DeviceError
 
 
@@ -95,5 +95,5 @@ def _no_devices(plan: DevicePlan, seen: str) -> str:
         return (f"{seen}, but {plan.replicas} CPU replicas were planned: JAX's CPU backend "
                 f"started before {HOST_DEVICES_FLAG} was set. This is a bug in mgpu-gui.")
     return (f"{seen}, but {plan.replicas} GPU(s) were planned ({', '.join(plan.names)}). "
-            "JAX needs its CUDA build for GPUs: pip install 'mgpu-gui[jax-cuda]'; or train "
+            f"JAX needs its CUDA build for GPUs: {JAX_CUDA_EXTRA_HINT}; or train "
             "on CPU replicas (--cpu) or on the tensorflow engine.")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from mgpu_gui.core.engines import JAX_CUDA_EXTRA, JAX_EXTRA
+from mgpu_gui.core.engines import JAX_CUDA_EXTRA, JAX_EXTRA, pip_install
 from mgpu_gui.core.plain import from_plain
 from mgpu_gui.core.tools.findings import Finding, Severity
 
@@ -60,12 +60,12 @@ def jax_findings(jax: JaxFacts | None, nvidia_gpus: int) -> list[Finding]:
         return [Finding(Severity.OK, "jax",
                         "JAX is not installed: runs train on the TensorFlow engine (the JAX "
                         "engine is optional).",
-                        f"Only to train on the JAX engine (--engine jax): pip install '{extra}'")]
+                        f"Only to train on the JAX engine (--engine jax): {pip_install(extra)}")]
     if jax.error:
         return [Finding(Severity.WARNING, "jax",
                         f"JAX is installed but could not start ({jax.error}): runs on the "
                         f"JAX engine fail; the TensorFlow engine is not affected.{_said(jax)}",
-                        f"Reinstall it: pip install --force-reinstall '{extra}', or train on "
+                        f"Reinstall it: {pip_install(extra, '--force-reinstall')}, or train on "
                         "the tensorflow engine.")]
     devices = ", ".join(str(d) for d in jax.devices) or "none"
     findings = [Finding(Severity.OK, "jax",
@@ -80,14 +80,15 @@ def jax_findings(jax: JaxFacts | None, nvidia_gpus: int) -> list[Finding]:
             Severity.WARNING, "jax",
             f"NVML lists {gpus}, but this JAX is a CPU-only build (no jax-cuda plugin): the "
             "JAX engine can train on CPU replicas only. The TensorFlow engine is not affected.",
-            f"For the JAX engine on the GPUs: pip install '{JAX_CUDA_EXTRA}'"))
+            f"For the JAX engine on the GPUs: {pip_install(JAX_CUDA_EXTRA)}"))
     elif nvidia_gpus and not seen:
         plugins = ", ".join(f"{n} {v}" for n, v in jax.cuda_plugins.items())
         findings.append(Finding(
             Severity.WARNING, "jax",
             f"NVML lists {gpus} and JAX's CUDA plugin is installed ({plugins}), but JAX "
             f"sees no GPU: the JAX engine can train on CPU replicas only.{_said(jax)}",
-            f"Reinstall JAX's CUDA build: pip install --force-reinstall '{JAX_CUDA_EXTRA}'; "
+            "Reinstall JAX's CUDA build: "
+            f"{pip_install(JAX_CUDA_EXTRA, '--force-reinstall')}; "
             "it needs a driver that supports CUDA 12 (see nvidia-smi)."))
     elif 0 < seen < nvidia_gpus:
         findings.append(Finding(

@@ -307,15 +307,19 @@ class SweepDialog(QDialog):
                               and m not in row.problems])
         self.problems = problems
         self.spec = spec if not problems else None
-        # A row's problems are spelled out on it; here they are only named.
-        on_rows = list(dict.fromkeys(f for f, _ in problems if f in {r.name for r in self.rows}))
+        # A row's problems are spelled out on it; here they are only named (a row with no
+        # values typed yet says what to give, in grey: not named here in red).
+        rows = {r.name for r in self.rows}
+        waiting = {r.name for r in self.rows if r.awaits_input()}
         lines = [f"<b>{_label(field)}</b>: {html.escape(message)}"
-                 for field, message in problems if field not in on_rows]
+                 for field, message in problems if field not in rows]
+        on_rows = [f for f in dict.fromkeys(f for f, _ in problems if f in rows)
+                   if f not in waiting]
         if on_rows:
             lines.insert(0, f"Fix the values of {', '.join(map(_label, on_rows))} (said on "
                             f"{'their rows' if len(on_rows) > 1 else 'its row'}).")
         self.problems_label.setText("<br>".join(lines))
-        self.problems_label.setVisible(bool(problems))
+        self.problems_label.setVisible(bool(lines))
         self.start_button.setEnabled(self.spec is not None and not self.starting)
         self._show_total(trials)
 

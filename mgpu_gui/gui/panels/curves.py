@@ -31,11 +31,13 @@ from mgpu_gui.core.events import BatchEnd, EpochEnd, Event, RunFailed, RunFinish
 from mgpu_gui.core.runs.telemetry_store import RunTelemetry
 from mgpu_gui.core.series import SeriesStore, XAxis, family_of
 from mgpu_gui.gui.theme import PlotColors, changed_plot_colors, plot_colors
+from mgpu_gui.gui.widgets.curve_key import CurveKey
 from mgpu_gui.gui.widgets.family_plot import FamilyPlot, color_stage, show_stage, stage_marker
 from mgpu_gui.gui.widgets.plot_export import install_export
 from mgpu_gui.gui.widgets.plots import (
     EdgeViewBox,
     batch_curve,
+    blank_range,
     color_plot,
     fold_title,
     set_title,
@@ -110,10 +112,15 @@ class CurvesPanel(QWidget):
             self._spares.append(plot)
         self._plots, self._families = {}, []
         self._lr_plot.setXLink(None)
+        # The empty frames show no range of the run before: a new one holds its own span
+        # from its RunStarted (_apply_x_range), a loaded one scales to its data.
+        for widget in [s.widget for s in self._spares] + [self._lr_plot, self._rate_plot]:
+            blank_range(widget.getPlotItem().getViewBox())
         self._relayout()
         for curve in (self._lr_curve, self._rate_curve):
             curve.setData([], [])
         show_stage(self._lr_stage, None, "")
+        self._key.set_best("")
         self._telemetry.clear()
         # Its unit is on its axis: the title fits the half width it shares with the telemetry.
         set_title(self._rate_plot.getPlotItem(), "Throughput", color=self._colors.text,
@@ -211,13 +218,7 @@ class CurvesPanel(QWidget):
 
     def _apply_colors(self) -> None:
         colors = self._colors
-        entries = ((colors.train, "━ train (smoothed; raw faint)"),
-                   (colors.train, "┄● train (epoch)"), (colors.val, "━● validation"),
-                   (colors.best, "★ best epoch"))
-        # Lines break between entries only (the spaces inside are non-breaking).
-        self._key.setText(" &nbsp;".join(
-            f'<span style="color:{color}">{text.replace(" ", "&nbsp;")}</span>'
-            for color, text in entries))
+        self._key.set_colors(colors)
         for plot in [*self._plots.values(), *self._spares]:
             plot.apply_colors(colors)
         for widget in (self._lr_plot, self._rate_plot):
@@ -260,13 +261,8 @@ class CurvesPanel(QWidget):
         self._x_combo.setAccessibleName("X axis")
         self._x_combo.currentIndexChanged.connect(self._on_x_axis)
         row.addWidget(self._x_combo)
-        # The key sits outside the plots, so it never hides a curve or the best point.
-        # It wraps in a narrow window instead of running past the edge.
-        self._key = key = QLabel()  # its text is coloured with the curves (_apply_colors)
-        key.setAccessibleName("Curve key")
-        key.setWordWrap(True)
-        key.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-        row.addWidget(key, 1)
+        self._key = CurveKey(self._colors)
+        row.addWidget(self._key, 1)
 
     def _build_fixed_plots(self) -> None:
         colors = self._colors
@@ -448,16 +444,17 @@ class CurvesPanel(QWidget):
             plot.show_stage(stage_x, stage_text)
         epoch = self._store.best_epoch
         monitored = family_of(self._store.best_metric or "val_loss")
+        best = "" if epoch is None else f"epoch {epoch + 1}"
         for family, plot in self._plots.items():
             point = None if epoch is None else self._store.epoch_point(family, epoch, self._x_axis)
             if point is None:
                 plot.hide_best()
                 continue
             x, y, name = point
-            text = f"best: epoch {epoch + 1}"
             if family == monitored:
-                text += f"  {name} {y:.4g}"
-            plot.show_best(x, None if self._log_y and y <= 0 else y, text)
+                best += f", {name} {y:.4g}"
+            plot.show_best(x, None if self._log_y and y <= 0 else y)
+        self._key.set_best(best)
 
     # -- controls ------------------------------------------------------------------
 
@@ -489,7 +486,9 @@ class CurvesPanel(QWidget):
         epochs, steps = self._store.epochs, max(self._store.steps, 1)
         span = {XAxis.EPOCH: epochs, XAxis.STEP: epochs * steps}.get(
             self._x_axis)
-        for widget in [p.widget for p in self._plots.values()] + [self._lr_plot]:
+        # The spares too: the empty frames a new run shows until its first batch.
+        plots = [*self._plots.values(), *self._spares]
+        for widget in [p.widget for p in plots] + [self._lr_plot]:
             widget.getPlotItem().getViewBox().hold_x_span((0, span) if span else None)
 
     def _redraw_all(self) -> None:

@@ -2,10 +2,13 @@
 
 `RunSetupForm` maps a RunConfig to the widgets (`RunSetupLayout`,
 run_setup_layout.py) and back, and shows each problem: its field outlined
-with the message in its tooltip, the fields named beside Train and in a
+with the message in its tooltip, the first said beside Train with every field
+named there as a link to it (widgets/problem_line.py), the fields named in a
 closed section's header, the messages spelled out below the whole form, where
-a message that comes and goes moves no field. It checks nothing itself;
-`RunSetupPanel` (run_setup.py) adds the checks, hints, files and settings.
+a message that comes and goes moves no field. A blank field nobody has typed
+in yet is not outlined red for what it lacks: beside Train it is the next step.
+It checks nothing itself; `RunSetupPanel` (run_setup.py) adds the checks, hints,
+files and settings.
 """
 
 from __future__ import annotations
@@ -16,8 +19,8 @@ import os
 import shlex
 from collections.abc import Iterator
 
-from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QCheckBox, QWidget
+from PySide6.QtCore import QTimer, Signal
+from PySide6.QtWidgets import QCheckBox, QScrollArea, QWidget
 
 from mgpu_gui.core.augment import AugmentSpecError
 from mgpu_gui.core.config import (
@@ -34,12 +37,11 @@ from mgpu_gui.core.modelfiles.builtins import ARCHITECTURES, IMAGENET, NO_WEIGHT
 from mgpu_gui.core.runs.finish_hook import parse_command
 from mgpu_gui.gui.panels.run_setup_layout import RunSetupLayout
 from mgpu_gui.gui.widgets.engine_choice import SYNC_BN_ON_JAX, XLA_ON_JAX
-from mgpu_gui.gui.widgets.field_cells import ERROR_COLOR
+from mgpu_gui.gui.widgets.problem_line import Problem
 from mgpu_gui.gui.widgets.setting_names import FIELD_NAMES
 
 NOT_IMAGES = ("Augmentation transforms images: choose an image folder as the data to use it. "
               "The transforms ticked here come back with the next image folder.")
-NAMED_PROBLEMS = 2  # beside Train: the first fields with a problem, then "and N more"
 
 
 class RunSetupForm(RunSetupLayout):
@@ -53,6 +55,7 @@ class RunSetupForm(RunSetupLayout):
         # The boxes the JAX engine decides (XLA, sync BN) -> the user's (checked, tooltip).
         self._held: dict[QCheckBox, tuple[bool, str]] = {}
         self._shown = RunConfig()  # the last config set: its fields this form has no widget for
+        self._said: tuple[dict[str, str], DataInfo | None] = ({}, None)  # show_problems' last
         self.set_config(RunConfig())  # signals are connected below: no `edited` yet
         self._update_data_widgets()
         self._connect()
@@ -185,31 +188,49 @@ class RunSetupForm(RunSetupLayout):
         return problems
 
     def show_problems(self, problems: dict[str, str], data: DataInfo | None) -> None:
-        """Each problem on its field and its section's header, named beside Train and
-        spelled out below the form; without problems, what `data` holds beside Train."""
+        """Each problem on its field and its section's header, the first said beside Train
+        and all spelled out below the form (those of blank fields not typed in yet: beside
+        Train only); without problems, what `data` holds beside Train."""
+        self._said = (problems, data)
         for name, field in self._fields.items():
             field.show(problems.get(name))
+        cells = self._fields
+        said = [Problem(f if f in cells else "", FIELD_NAMES.get(f, f) or "Settings", message,
+                        f in cells and cells[f].awaits_input())
+                for f, message in problems.items()]
+        wrong = [problem for problem in said if not problem.awaits_input]
         for section in self.sections.values():
-            section.show_problems([FIELD_NAMES.get(f, f) for f in problems
-                                   if self._section_of.get(f) is section])
-        names = [FIELD_NAMES.get(f, f) or "Settings" for f in problems]
+            section.show_problems([p.name for p in wrong
+                                   if self._section_of.get(p.field) is section])
         self.problems_label.setText("<br>".join(
-            f"<b>{_escape(name)}</b>: {_escape(message)}"
-            for name, message in zip(names, problems.values(), strict=True)))
-        self.problems_label.setVisible(bool(problems))
+            f"<b>{_escape(p.name)}</b>: {_escape(p.message)}" for p in wrong))
+        self.problems_label.setVisible(bool(wrong))
+        self.summary_label.show_problems(said)
         if problems:
-            count, more = len(names), len(names) - NAMED_PROBLEMS
-            named = ", ".join(names[:NAMED_PROBLEMS]) + (f" and {more} more" if more > 0 else "")
-            self.summary_label.setText(
-                f"<span style='color:{ERROR_COLOR}'>⚠ {count} problem{'s' if count > 1 else ''}"
-                f" to fix:</span> {_escape(named)} (see below)")
-        elif data is not None:
+            return
+        if data is not None:
             classes = f", {data.num_classes} classes" if data.num_classes else ""
             shape = "×".join(str(d) for d in data.x_shape) if data.x_shape else "?"
             self.summary_label.setText(f"✓ Ready: {data.train_samples:,} samples{classes}, "
                                        f"input {shape}.")
         else:
             self.summary_label.setText("✓ Ready.")
+
+    def go_to_field(self, name: str) -> None:
+        """Field `name` in view, its section opened, the cursor in it and its problem
+        outlined even while blank: what a click on its name beside Train does."""
+        cell = self._fields.get(name)
+        if cell is None:
+            return
+        cell.reveal()
+        self.show_problems(*self._said)
+        section = self._section_of.get(name)
+        if section is not None:
+            section.set_open(True)
+        widget = cell.widgets[0]
+        widget.setFocus()
+        # Once the opened section is laid out: before, the field has no place to scroll to.
+        QTimer.singleShot(0, self, lambda: _scroll_to(widget))
 
     @contextlib.contextmanager
     def _quiet(self) -> Iterator[None]:
@@ -225,6 +246,7 @@ class RunSetupForm(RunSetupLayout):
             self.edited.emit()
 
     def _connect(self) -> None:
+        self.summary_label.field_clicked.connect(self.go_to_field)
         for edit in (self.model_edit, self.data_edit, self.lr_edit, self.output_edit,
                      self.on_finish_edit,
                      self.pretrained_combo.lineEdit(), self.unfreeze_combo.lineEdit(),
@@ -378,3 +400,12 @@ def model_choices() -> list[tuple[str, str]]:
 
 def _escape(text: str) -> str:
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _scroll_to(widget: QWidget) -> None:
+    """Scroll the scroll area that holds `widget` (the window's, around the form) to it."""
+    area = widget.parentWidget()
+    while area is not None and not isinstance(area, QScrollArea):
+        area = area.parentWidget()
+    if area is not None:
+        area.ensureWidgetVisible(widget)

@@ -32,7 +32,7 @@ from mgpu_gui.core.devices.precision_hint import LABELS as PRECISION_LABELS
 from mgpu_gui.core.modelfiles.builtins import IMAGENET, NO_WEIGHTS
 from mgpu_gui.gui.widgets.augment_picker import AugmentPicker
 from mgpu_gui.gui.widgets.compile_source import CompileSourceRow
-from mgpu_gui.gui.widgets.engine_choice import EngineCombo
+from mgpu_gui.gui.widgets.engine_choice import EngineCombo, InstallNote
 from mgpu_gui.gui.widgets.field_cells import (
     STYLE,
     FieldCell,
@@ -41,6 +41,7 @@ from mgpu_gui.gui.widgets.field_cells import (
     hint_label,
     row,
 )
+from mgpu_gui.gui.widgets.problem_line import ProblemLine
 from mgpu_gui.gui.widgets.section import CollapsibleSection
 from mgpu_gui.gui.widgets.wrapper_notice import WrapperNotice
 
@@ -247,10 +248,8 @@ class RunSetupLayout(QWidget):
         self.train_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
         self.train_button.setMinimumWidth(self.train_button.fontMetrics().horizontalAdvance(
             "Preparing…") + 24)
-        # Two lines kept: "Ready" and "2 problems: …" take the same room.
-        self.summary_label = hint_label("Settings check", lines=2, role=None)
-        self.summary_label.setAlignment(Qt.AlignmentFlag.AlignLeft
-                                        | Qt.AlignmentFlag.AlignVCenter)
+        # Two lines kept: "Ready" and "⚠ Model: …" take the same room.
+        self.summary_label = ProblemLine()
         layout = row([self.train_button, self.summary_label])
         layout.setContentsMargins(0, 6, 0, 6)
         return layout
@@ -321,7 +320,10 @@ class RunSetupLayout(QWidget):
         self.engine_hint.setToolTip("What the engine does with the replicas. On JAX, XLA and "
                                     "synchronized BatchNorm are always on: their boxes below "
                                     "show it.")
-        self._add(section, "Engine", "engine", [self.engine_combo, self.engine_hint])
+        # Always there or never (installed engines are looked up once): it moves no row.
+        self.engine_install = InstallNote(self.engine_combo.missing)
+        self._add(section, "Engine", "engine", [self.engine_combo, self.engine_hint],
+                  below=[self.engine_install])
 
         self.precision_combo = QComboBox()
         for name in PRECISIONS:

@@ -7,6 +7,9 @@ descriptions. The message text itself is shown in one place the form keeps
 for all messages (see `RunSetupForm`), not under the field: a line that comes
 and goes under a field moves every row below it, under the user's cursor.
 For the same reason `hint_label` reserves the lines a changing hint needs.
+A text field still blank that nobody has typed in awaits input: it is not
+outlined red for the value it still lacks (a path, a sweep's values) until the
+user types in it or asks for it (`FieldCell.reveal`), as forms do.
 """
 
 from __future__ import annotations
@@ -40,15 +43,41 @@ class FieldCell:
 
     widgets: tuple[QWidget, ...]
     tooltips: tuple[str, ...]
+    typed: bool = False  # text was typed or set in it once (or `reveal`)
+
+    def __post_init__(self) -> None:
+        for widget in self.widgets:
+            edit = _text_edit(widget)
+            if edit is not None:
+                edit.textChanged.connect(self.reveal)
+
+    def reveal(self) -> None:
+        """From now on the field's problem is outlined, also while it is blank."""
+        self.typed = True
+
+    def awaits_input(self) -> bool:
+        """Blank text fields nobody has typed in: their problem is what they still lack."""
+        edits = [_text_edit(widget) for widget in self.widgets]
+        return not self.typed and all(edit is not None and not edit.text().strip()
+                                      for edit in edits)
 
     def show(self, message: str | None) -> None:
-        """Outline the field and explain it in the tooltip (None or "": the field is fine)."""
+        """Outline the field and explain it in the tooltip (None or "": the field is fine);
+        a field that awaits input gets the tooltip, not the outline."""
+        outlined = bool(message) and not self.awaits_input()
         for widget, tooltip in zip(self.widgets, self.tooltips, strict=True):
-            widget.setProperty("invalid", bool(message))
+            widget.setProperty("invalid", outlined)
             widget.setToolTip(f"{message}\n\n{tooltip}" if message else tooltip)
             widget.setAccessibleDescription(message or "")
             widget.style().unpolish(widget)
             widget.style().polish(widget)
+
+
+def _text_edit(widget: QWidget) -> QLineEdit | None:
+    """Where the user types in `widget`: itself, an editable combo's line; else None."""
+    if isinstance(widget, QComboBox):
+        return widget.lineEdit()
+    return widget if isinstance(widget, QLineEdit) else None
 
 
 def field_cell(widgets: list[QWidget], *, outline: list[QWidget] | None = None,
@@ -68,14 +97,16 @@ def field_cell(widgets: list[QWidget], *, outline: list[QWidget] | None = None,
     return cell, FieldCell(targets, tuple(w.toolTip() for w in targets))
 
 
-def hint_label(name: str, lines: int = 1, role: str | None = "hint") -> QLabel:
-    """A word-wrapped label (grey: a hint) that always takes at least `lines` lines.
+def hint_label(name: str, lines: int = 1, role: str | None = "hint",
+               label: QLabel | None = None) -> QLabel:
+    """A word-wrapped label (grey: a hint) that always takes at least `lines` lines;
+    `label`: one to set up so (a subclass's), else a new QLabel.
 
     Hints change with every edit (steps per epoch, the scaled learning rate) or
     appear later (a model's parameter count); the reserved lines keep the rows
     below in place when they do.
     """
-    label = QLabel()
+    label = QLabel() if label is None else label
     if role is not None:
         label.setProperty("role", role)
     label.setWordWrap(True)

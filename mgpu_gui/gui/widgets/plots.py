@@ -62,12 +62,20 @@ def style_plot(widget: pg.PlotWidget, left: str) -> None:
     item.showGrid(x=True, y=True, alpha=0.15)
     keep_edges_whole(item)
     view = item.getViewBox()
-    view.setRange(xRange=(0, 1), yRange=(0, 1), padding=0.04)
-    view.enableAutoRange()  # no data yet: the range stays until the first curve
+    blank_range(view)
     view.setAutoVisible(y=True)  # y fits the visible x range when zoomed
     # Short enough that opened tabs (the Runs table) fit under the plots on a 1024x576
     # screen; folded, the tabs leave the plots their room (widgets/plots_first.py).
     widget.setMinimumSize(220, 90)
+
+
+def blank_range(view: pg.ViewBox) -> None:
+    """0..1 on both axes, autoscaling again: a plot with no data yet shows whole ticks,
+    not pyqtgraph's bare 0.2..0.8, nor the range (or zoom) of the run it showed before."""
+    if isinstance(view, EdgeViewBox):
+        view.hold_x_span(None)  # else a resize would bring the old run's span back
+    view.setRange(xRange=(0, 1), yRange=(0, 1), padding=0.04)
+    view.enableAutoRange()  # no data: the range stays until the first curve
 
 
 def keep_edges_whole(item: pg.PlotItem) -> None:

@@ -118,12 +118,17 @@ class ParameterRow(QWidget):
         self.show_verdict()
         return self.parameter
 
+    def awaits_input(self) -> bool:
+        """No values typed yet: what the row lacks is the next step, not said in red."""
+        return self.cell.awaits_input()
+
     def show_verdict(self, more: Sequence[str] = ()) -> None:
         """The preview, or the problems with these values and `more` about this setting
         (the sweep's, such as a compiled model's refusal)."""
         problems = [*self.problems, *more]
         self.cell.show("; ".join(problems) or None)
-        self.message.setProperty("role", "error" if problems else "hint")
+        self.message.setProperty("role", "error" if problems and not self.awaits_input()
+                                 else "hint")
         self.message.style().unpolish(self.message)
         self.message.style().polish(self.message)
         if problems:
