@@ -1,9 +1,12 @@
-"""The GPU panel fed by a fake two-GPU NVML, and the no-driver state with the real pynvml."""
+"""The GPU panel fed by a fake NVML (two GPUs, or eight from the file fake), and the no-driver
+state with the real pynvml."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
+from pathlib import Path
 
 import pytest
 from PySide6.QtWidgets import QWidget
@@ -12,8 +15,10 @@ from mgpu_gui.core.config import DeviceKind, DeviceSelection
 from mgpu_gui.core.devices.nvml import NA, GpuInventory, NvmlSession, NvmlState, query_inventory
 from mgpu_gui.core.devices.plan import plan_devices
 from mgpu_gui.core.devices.telemetry import take_snapshots
-from mgpu_gui.gui.panels.gpus import GpuPanel
-from mgpu_gui.testing.fake_pynvml import UUID0, UUID1, GiB
+from mgpu_gui.core.runs.claims import DeviceUse
+from mgpu_gui.gui.panels.gpus import MIN_SHOWN_GPUS, SHOWN_GPUS, GpuPanel
+from mgpu_gui.testing.fake_pynvml import UUID0, UUID1, GiB, from_file
+from tests.helpers.gpu_rows import rows_in_view
 
 
 @pytest.fixture
@@ -69,6 +74,8 @@ def test_lost_gpu_shows_na_and_a_warning(panel, nvml, session):
 def test_foreign_process_on_a_checked_gpu_warns_and_own_pid_is_highlighted(panel, session):
     panel.set_own_pids({4242})
     feed(panel, session)
+    assert [g.index for g in panel.checked_gpus()] == [0]  # the first choice left GPU 1 out
+    panel.set_checked([0, 1])
     assert not panel.warning.isHidden()
     assert panel.warning.text() == (
         "⚠ GPU 1 (H100 80GB HBM3) is busy with another process: pid 5151 (11.0 GiB). "
@@ -97,6 +104,7 @@ def test_least_busy_picks_lowest_utilization_then_least_memory(qtbot, nvml, sess
     qtbot.addWidget(panel)
     feed(panel, session)
     assert panel.least_busy_count.maximum() == 4
+    panel.set_checked([0, 1, 2, 3])  # the first choice left the busy ones out
     # GPU 1 and 2 tie at 3%: GPU 2 uses less memory
     with qtbot.waitSignal(panel.selection_changed):
         assert panel.use_least_busy(1) == [2]
@@ -179,7 +187,7 @@ def test_before_the_gpus_are_listed(qtbot, session):
 def test_interactive_widgets_have_accessible_names_and_tooltips(panel):
     row = panel._rows[0]
     for widget in (row.check, panel.least_busy_count, panel.least_busy_button,
-                   panel.cpu_replicas, row.sparkline):
+                   panel.cpu_replicas, row.sparkline, row.more):
         assert widget.accessibleName() and widget.toolTip()
     assert "memory controller busy" in row.memory_busy.toolTip().lower()
 
@@ -222,19 +230,120 @@ def test_source_feeds_the_panel(qtbot, nvml):
 
 
 def test_many_gpus_scroll_and_share_one_busy_line(qtbot, nvml, session):
-    """Four busy GPUs: the panel asks room for two rows (the rest scroll, never sideways),
-    and one warning line names them all."""
+    """Ten GPUs, all busy: the panel asks room for eight rows and keeps four (the rest
+    scroll, never sideways); all stay ticked (nothing is free), one warning line names them."""
     nvml.gpus[:] = [dataclasses.replace(nvml.gpus[1], uuid=f"GPU-{i}", processes=[(6000 + i, GiB)])
-                    for i in range(4)]
+                    for i in range(10)]
     panel = GpuPanel(query_inventory(session))
     qtbot.addWidget(panel)
     feed(panel, session)
-    panel.resize(panel.sizeHint())
+    assert len(panel.checked_gpus()) == 10 and panel.note.isHidden()
     panel.show()
     qtbot.waitExposed(panel)
+
+    def fitted(hint) -> bool:  # the hints are exact once the rows are laid out
+        panel.resize(panel.width(), hint().height())
+        return panel.height() == hint().height()
+
+    qtbot.waitUntil(lambda: fitted(panel.sizeHint))
     rows = panel._scroll
     assert rows.verticalScrollBar().maximum() > 0 and not rows.horizontalScrollBar().isVisible()
-    assert panel.sizeHint().height() < panel._pages.sizeHint().height()
+    assert rows_in_view(panel) == SHOWN_GPUS
+    qtbot.waitUntil(lambda: fitted(panel.minimumSizeHint))
+    assert rows_in_view(panel) == MIN_SHOWN_GPUS
     assert panel.warning.text() == (
-        "⚠ GPUs 0, 1, 2 and 3 are busy with other processes (their pids above). Training "
-        "there shares their compute and memory.")
+        "⚠ GPUs 0-9 are busy with other processes (▸ on a row lists them). Training there "
+        "shares their compute and memory.")
+
+
+def test_processes_show_on_demand_and_when_the_app_has_a_word(qtbot, panel, nvml, session):
+    """Two lines a GPU; its processes under them when asked for (the ▸ says how many),
+    and whenever a run of the app holds the GPU or it is lost."""
+    panel.show()
+    feed(panel, session)
+    row = panel._rows[1]
+    assert not row.processes.isVisible() and row.more.text() == "1"
+    assert row.check.y() + row.check.height() <= row.utilization.y()  # two lines
+    row.more.click()
+    assert row.processes.isVisible() and "pid 5151 (11.0 GiB)" in row.processes.text()
+    row.more.click()
+    assert not row.processes.isVisible()
+    panel.set_claims({1: DeviceUse(holder="run a (id 3)")})
+    assert row.processes.isVisible() and "in use by run a (id 3)" in row.processes.text()
+    nvml.gpus[0].lost = True
+    feed(panel, session)
+    assert panel._rows[0].processes.isVisible() and panel._rows[0].more.text() == NA
+
+
+@pytest.fixture
+def eight_file(tmp_path) -> Path:
+    """The issue's machine in the NVML file fake (MGPU_GUI_FAKE_GPUS): GPUs 0-3 idle,
+    4-7 busy with other processes at 90-100 % utilization."""
+    gpus = [{"index": i, "uuid": f"GPU-fake-{i}", "name": "NVIDIA H100 80GB HBM3",
+             "memory_total": 80 * GiB, "utilization": (0, 0, 0, 0, 90, 95, 98, 100)[i],
+             "processes": [{"pid": 7000 + i, "used_memory": 30 * GiB}] if i >= 4 else []}
+            for i in range(8)]
+    path = tmp_path / "gpus.json"
+    path.write_text(json.dumps({"gpus": gpus}))
+    return path
+
+
+@pytest.fixture
+def eight(eight_file):
+    session = NvmlSession(from_file(eight_file))
+    yield session
+    session.shutdown()
+
+
+def test_busy_gpus_are_left_out_of_the_first_choice_and_a_line_says_which(qtbot, eight):
+    panel = GpuPanel(query_inventory(eight))
+    qtbot.addWidget(panel)
+    panel.show()
+    assert len(panel.checked_gpus()) == 8 and not panel.note.isVisible()  # no readings yet
+    with qtbot.waitSignal(panel.selection_changed):
+        feed(panel, eight)
+    assert [g.index for g in panel.checked_gpus()] == [0, 1, 2, 3]
+    assert panel.note.isVisible() and panel.note.text() == (
+        "GPUs 4-7 left out: busy with other processes (90-100 % utilization, 30.0 GiB in use).")
+    assert panel.warning.isHidden() and panel.least_busy_count.value() == 4
+    feed(panel, eight)  # later readings leave the choice alone
+    assert [g.index for g in panel.checked_gpus()] == [0, 1, 2, 3]
+    panel._rows[5].check.click()  # taken back: the note no longer holds, the warning says
+    assert not panel.note.isVisible()
+    assert "GPU 5 (H100 80GB HBM3) is busy with another process: pid 7005" in (
+        panel.warning.text())
+
+
+@pytest.mark.parametrize("choose", ["untick GPU 0", "lock for a run"])
+def test_the_first_choice_never_overrides_a_choice(qtbot, eight, choose):
+    """Before the first readings the user unticked a GPU, or a run took the selection:
+    the busy GPUs stay as they are (the warning names them)."""
+    panel = GpuPanel(query_inventory(eight))
+    qtbot.addWidget(panel)
+    if choose == "untick GPU 0":
+        panel._rows[0].check.click()
+    else:
+        panel.set_enabled_for_run(False)
+        panel.set_enabled_for_run(True)
+    ticked = [g.index for g in panel.checked_gpus()]
+    feed(panel, eight)
+    assert [g.index for g in panel.checked_gpus()] == ticked and panel.note.isHidden()
+    assert "GPUs 4-7 are busy with other processes" in panel.warning.text()
+
+
+def test_the_window_trains_on_the_free_gpus_by_default(qtbot, eight_file):
+    """The same machine in the window: the telemetry's first readings leave GPUs 4-7 out,
+    and the run setup counts the four others."""
+    from mgpu_gui.gui.jobs.telemetry_source import TelemetrySource
+    from mgpu_gui.gui.main_window import MainWindow
+
+    window = MainWindow(telemetry=TelemetrySource(from_file(eight_file), interval_s=0.05))
+    qtbot.addWidget(window)
+    window.show()
+    try:
+        panel = window.gpu_panel
+        qtbot.waitUntil(panel.note.isVisible, timeout=10_000)
+        assert panel.device_selection().gpus == tuple(f"GPU-fake-{i}" for i in range(4))
+        assert "× 4 replicas" in window.run_setup.batch_text.text()
+    finally:
+        window.close()

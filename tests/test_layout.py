@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.layout_probe import VIEWS
+from tests.helpers.layout_probe import GPU_ROWS, VIEWS
 
 ROOT = Path(__file__).resolve().parents[1]
 # The screens people have (issue 30), each at the scale that makes its logical size:
@@ -39,6 +39,10 @@ ROOT = Path(__file__).resolve().parents[1]
 COMBOS = [(1024, 576, 1.25), (1093, 614, 1.25), (1280, 720, 1.5), (1366, 768, 1.0),
           (1920, 1080, 1.0), (1024, 700, 1.0)]
 CHILD_TIMEOUT_S = 120
+FULL_HD = (1920, 1080, 1.0)
+# GPU rows the panel shows whole, unscrolled, with the probe's 8 busy GPUs (issue 30):
+# every one on a 1920x1080 screen, at least half in the smallest window.
+ALL_GPUS, HALF_THE_GPUS = 8, 4
 
 
 def combo_id(combo: tuple[int, int, float]) -> str:
@@ -87,3 +91,12 @@ def test_everything_fits(reports, combo, view):
     lines = [f"{p['check']}: {p['widget']}: {p['detail']}" for p in problems]
     assert not problems, (f"{view} at {combo_id(combo)}: {len(problems)} problem(s)\n"
                           + "\n".join(lines))
+
+
+@pytest.mark.parametrize("combo", COMBOS, ids=combo_id)
+def test_gpu_rows_in_view_without_scrolling(reports, combo):
+    report = reports[combo].result(timeout=CHILD_TIMEOUT_S * len(COMBOS))
+    wanted = ALL_GPUS if combo == FULL_HD else HALF_THE_GPUS
+    assert report[GPU_ROWS] >= wanted, (
+        f"{report[GPU_ROWS]} of {ALL_GPUS} GPU rows in view at {combo_id(combo)}, "
+        f"wanted {wanted}")

@@ -80,6 +80,9 @@ from mgpu_gui.gui.window_actions import WindowActions
 # (1280x720 at 125 % scaling is 1024x576 in Qt's units).
 MIN_SIZE, DEFAULT_SIZE = QSize(1024, 576), QSize(1280, 820)
 SETUP_WIDTH = 400  # the run setup's first width; the splitter gives it more on request
+# Of the left column, the most the GPU panel takes unless the user drags the splitter: the
+# run setup keeps the rest (the panel's minimum, four GPU rows, wins in a small window).
+GPU_SHARE = 0.6
 
 
 class MainWindow(WindowActions, ToolDialogs, SweepActions, RunHistory, ExportActions,
@@ -148,6 +151,7 @@ class MainWindow(WindowActions, ToolDialogs, SweepActions, RunHistory, ExportAct
         self._gpu_split_by_user = False
         left.splitterMoved.connect(self._gpu_split_moved)
         self.gpu_panel.installEventFilter(self)
+        left.installEventFilter(self)  # a taller column: room for more GPU rows
 
         right = QWidget()
         right_layout = QVBoxLayout(right)
@@ -339,9 +343,11 @@ class MainWindow(WindowActions, ToolDialogs, SweepActions, RunHistory, ExportAct
 
     # -- devices -------------------------------------------------------------
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 (Qt's name)
-        # New content, or a new width: its wrapped notices take more or fewer lines.
-        if watched is self.gpu_panel and event.type() in (QEvent.Type.LayoutRequest,
-                                                          QEvent.Type.Resize):
+        # New content, or a new width: its wrapped notices take more or fewer lines; a new
+        # column height: a new share of it.
+        if (watched is self.gpu_panel and event.type() in (QEvent.Type.LayoutRequest,
+                                                           QEvent.Type.Resize)) or (
+                watched is self.left_splitter and event.type() == QEvent.Type.Resize):
             self._fit_gpu_panel()
         return super().eventFilter(watched, event)
 
@@ -356,8 +362,10 @@ class MainWindow(WindowActions, ToolDialogs, SweepActions, RunHistory, ExportAct
         # At the panel's real width: its size hint wraps text at a narrower one (wasted lines).
         wanted = (panel.heightForWidth(panel.width()) if panel.hasHeightForWidth()
                   else panel.sizeHint().height())
+        total = sum(sizes)
+        wanted = max(min(wanted, round(total * GPU_SHARE)), panel.minimumSizeHint().height())
         if sizes[0] != wanted:
-            self.left_splitter.setSizes([wanted, max(sum(sizes) - wanted, 200)])
+            self.left_splitter.setSizes([wanted, max(total - wanted, 0)])
 
     def _devices_to_setup(self) -> None:
         """The run setup's global batch, scaled LR and precision hint follow the devices."""

@@ -4,10 +4,11 @@
 
 The caller sets the screen (`QT_QPA_PLATFORM=offscreen:configfile=...`) and the scale
 (`QT_SCALE_FACTOR`). The window is built once, filled with the longest texts the app can
-show (4 GPUs with long names, foreign processes and the busy warning, a run's curves and
+show (8 GPUs with long names, foreign processes and the busy warning, a run's curves and
 progress, long paths, the legacy-model notice, the longest field messages), sized to
 WIDTH x HEIGHT device-independent pixels and checked (tests/helpers/layout_check.py); then
-the no-driver state, then each dialog. Prints one JSON object: the problems by view.
+the no-driver state, then each dialog. Prints one JSON object: the problems by view, and
+under GPU_ROWS how many GPU rows the panel shows whole without scrolling.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import numpy as np
 from PySide6.QtCore import QCoreApplication, QEventLoop, QSettings, Qt, QTimer
 from PySide6.QtWidgets import QApplication, QDialog, QScrollArea, QToolButton, QWidget
 
+from tests.helpers.gpu_rows import rows_in_view
 from tests.helpers.layout_check import Problem, check_on_screen, check_window, settle
 
 FACTS = Path(__file__).parents[1] / "doctor_facts"
@@ -31,11 +33,12 @@ PROJECT = "/home/researcher/projects/image-classification-2025/experiments/resne
 LONG_MODEL = f"{PROJECT}/checkpoints/resnet50_multi_gpu_epoch_120_val_accuracy_0.9412.h5"
 LONG_DATA = f"{PROJECT}/data/imagenet_subset_224px_train_and_validation_arrays.npz"
 LONG_OUTPUT = f"{PROJECT}/runs/learning-rate-sweep-with-linear-scaling-and-warmup"
-GPU_NAMES = ("NVIDIA H100 80GB HBM3",) * 4
+GPU_NAMES = ("NVIDIA H100 80GB HBM3",) * 8
 OWN_PID = 4242
 VIEWS = ("window size", "run setup", "GPU panel", "curves", "rest of the window", "About",
          "Check my setup", "Train across machines", "Compare runs", "Scaling test",
          "Find batch size", "Evaluation", "Data view", "Augmentation preview")
+GPU_ROWS = "GPU rows in view"
 
 
 def wait_until(condition: Callable[[], bool], timeout_s: float = 20.0) -> bool:
@@ -51,10 +54,10 @@ def wait_until(condition: Callable[[], bool], timeout_s: float = 20.0) -> bool:
 
 
 def fake_machine():
-    """4 GPUs with long names, each busy with processes of others (the busy warning)."""
+    """8 GPUs with long names, each busy with processes of others (the busy warning)."""
     from mgpu_gui.testing.fake_pynvml import FakeGpu, GiB, fake_nvml
 
-    gpus = [FakeGpu(name=name, uuid=f"GPU-{index}", utilization=97 - 20 * index,
+    gpus = [FakeGpu(name=name, uuid=f"GPU-{index}", utilization=97 - 12 * index,
                     memory_used=(61 + index) * GiB, memory_busy=41, temperature=71,
                     power_mw=312_000, fan=55,
                     processes=[(OWN_PID + index, 60 * GiB), (51510 + index, 11 * GiB),
@@ -346,13 +349,13 @@ def dialogs(window) -> dict[str, Callable[[], QDialog]]:
             "Data view": data_view, "Augmentation preview": augment_preview}
 
 
-def main(width: int, height: int) -> dict[str, list[Problem]]:
+def main(width: int, height: int) -> dict[str, list[Problem] | int]:
     from mgpu_gui.core.devices.nvml import query_inventory
     from mgpu_gui.gui.jobs.telemetry_source import TelemetrySource
     from mgpu_gui.gui.main_window import MainWindow
     from mgpu_gui.testing.fake_pynvml import ERRORS, fake_nvml
 
-    report: dict[str, list[Problem]] = {view: [] for view in VIEWS}
+    report: dict[str, list[Problem] | int] = {view: [] for view in VIEWS}
     window = MainWindow(telemetry=TelemetrySource(fake_machine(), interval_s=0.1))
     window.move(0, 0)
     window.resize(width, height)
@@ -371,6 +374,7 @@ def main(width: int, height: int) -> dict[str, list[Problem]]:
             report[problem["region"]].append(problem)
 
     report["window size"] = size_problems(window, width, height)
+    report[GPU_ROWS] = rows_in_view(window.gpu_panel)
     check_main("")
     for view, make in dialogs(window).items():
         report[view] = check_dialog(make)

@@ -1,5 +1,6 @@
-"""One GPU's row in the GPU panel: its widgets on four lines of the panel's grid, and the
-texts they show (readings, processes, this app's runs holding it).
+"""One GPU's row in the GPU panel: its widgets on two lines of the panel's grid (a third for
+its processes, on demand), and the texts they show (readings, processes, this app's runs
+holding it).
 
 Built once per inventory; `display` changes only texts and values, and a label's text only
 when it changed (setText relayouts).
@@ -9,9 +10,9 @@ from __future__ import annotations
 
 import html
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QSize, Qt
 from PySide6.QtGui import QColor, QGuiApplication, QPalette
-from PySide6.QtWidgets import QCheckBox, QGridLayout, QLabel, QWidget
+from PySide6.QtWidgets import QCheckBox, QGridLayout, QHBoxLayout, QLabel, QToolButton, QWidget
 
 from mgpu_gui.core.devices.nvml import NA, GpuInfo
 from mgpu_gui.core.devices.telemetry import HISTORY_WINDOW_S, GpuSnapshot
@@ -23,6 +24,13 @@ GiB = 2**30
 OWN_COLOR = "#1a7f37"
 FOREIGN_COLOR = "#9a6700"
 INDENT = 22  # under the GPU name, past the checkbox
+# The panel's grid: the meters under the GPU's name, its readings beside them in two
+# columns (the processes button over the memory controller's), the sparkline last.
+COLUMNS = 5
+COLUMN_UTILIZATION, COLUMN_MEMORY, COLUMN_READINGS, COLUMN_MEMORY_BUSY, COLUMN_SPARKLINE = (
+    range(COLUMNS))
+LINES = 4  # grid lines of one GPU: readings, meters, processes (on demand), a gap
+GAP = 4  # px between two GPUs
 WAITING = "<span style='color:gray'>processes: …</span>"  # before the first snapshot
 
 
@@ -43,7 +51,9 @@ def _memory_color(fraction: float | None) -> QColor:
 
 
 class GpuRow:
-    """The widgets of one GPU, placed on three lines of the panel's grid."""
+    """The widgets of one GPU on `LINES` lines of the panel's grid: two always shown, one
+    for its processes, shown on demand or when the app has something to say there (one of
+    its runs holds the GPU, jobs wait for it, the GPU is lost), and a gap."""
 
     def __init__(self, gpu: GpuInfo, grid: QGridLayout, line: int, parent: QWidget):
         self.gpu = gpu
@@ -68,37 +78,46 @@ class GpuRow:
         self.memory_busy = self._label(
             parent, "Memory controller busy: share of time memory was being read or written "
             "(NVML's 'memory utilization'; how full it is shows in the bar)")
-        for label in (self.stats, self.detail, self.memory_busy):
-            label.setAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+        self.memory_busy.setAlignment(Qt.AlignmentFlag.AlignRight
+                                      | Qt.AlignmentFlag.AlignVCenter)
         self.sparkline = Sparkline(HISTORY_WINDOW_S, parent)
         self.sparkline.setAccessibleName(f"GPU {gpu.index} history")
         self.sparkline.setToolTip("Last 2 minutes: utilization (solid blue), "
                                   "memory used (dashed purple)")
+        self.more = QToolButton(parent)  # the processes, on demand
+        self.more.setCheckable(True)
+        self.more.setAutoRaise(True)
+        self.more.setArrowType(Qt.ArrowType.RightArrow)
+        self.more.setIconSize(QSize(8, 8))
+        self.more.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.more.setAccessibleName(f"Show GPU {gpu.index} processes")
+        # No taller than the text beside it: the row stays two text lines high.
+        self.more.setStyleSheet("QToolButton { border: none; padding: 0px; }")
+        self.more.toggled.connect(self._more_toggled)
         self.processes = QLabel(parent)
         self.processes.setTextFormat(Qt.TextFormat.RichText)
         self.processes.setIndent(INDENT)
         self.processes.setWordWrap(True)
-        self.processes.setContentsMargins(0, 0, 0, 6)  # a gap before the next GPU
         self.processes.setAccessibleName(f"GPU {gpu.index} processes")
         self.processes.setToolTip("Compute processes on this GPU: pid (GPU memory)")
-        util_label, memory_label = QLabel("util", parent), QLabel("mem", parent)
-        for label in (util_label, memory_label):
-            label.setIndent(INDENT)
-            label.setEnabled(False)  # greyed: a caption, not a value
-        self._captions = [util_label, memory_label]
-        grid.addWidget(self.check, line, 0, 1, 2)
-        grid.addWidget(self.stats, line, 2)
-        grid.addWidget(self.sparkline, line, 3, 3, 1)
-        grid.addWidget(util_label, line + 1, 0)
-        grid.addWidget(self.utilization, line + 1, 1)
-        grid.addWidget(self.detail, line + 1, 2)
-        grid.addWidget(memory_label, line + 2, 0)
-        grid.addWidget(self.memory, line + 2, 1)
-        grid.addWidget(self.memory_busy, line + 2, 2)
-        grid.addWidget(self.processes, line + 3, 0, 1, 4)
-        self._texts: dict[QLabel, str] = {}
-        # A line from the start: the window sizes this panel before the first snapshot.
+        top = QHBoxLayout()  # the button beside the readings: no column of its own
+        top.setSpacing(grid.horizontalSpacing())
+        top.addWidget(self.stats, 1)
+        top.addWidget(self.more)
+        grid.addWidget(self.check, line, COLUMN_UTILIZATION, 1, 2)
+        grid.addLayout(top, line, COLUMN_READINGS, 1, 2)
+        grid.addWidget(self.sparkline, line, COLUMN_SPARKLINE, 2, 1)
+        grid.addWidget(self.utilization, line + 1, COLUMN_UTILIZATION)
+        grid.addWidget(self.memory, line + 1, COLUMN_MEMORY)
+        grid.addWidget(self.detail, line + 1, COLUMN_READINGS)
+        grid.addWidget(self.memory_busy, line + 1, COLUMN_MEMORY_BUSY)
+        grid.addWidget(self.processes, line + 2, 0, 1, COLUMNS)
+        grid.setRowMinimumHeight(line + LINES - 1, GAP)
+        self._grid, self._line, self._top = grid, line, top
+        self._texts: dict[QWidget, str] = {}
         self._set(self.processes, WAITING)
+        self._set_more(None)
+        self._update_processes_shown()
 
     @staticmethod
     def _label(parent: QWidget, tooltip: str) -> QLabel:
@@ -107,17 +126,37 @@ class GpuRow:
         label.setTextFormat(Qt.TextFormat.PlainText)
         return label
 
-    def _set(self, label: QLabel, text: str) -> None:
-        if self._texts.get(label) != text:  # setText relayouts; skip when unchanged
-            self._texts[label] = text
-            label.setText(text)
+    def _set(self, widget: QLabel | QToolButton, text: str) -> None:
+        if self._texts.get(widget) != text:  # setText relayouts; skip when unchanged
+            self._texts[widget] = text
+            widget.setText(text)
 
     def widgets(self) -> list[QWidget]:
         return [self.check, self.utilization, self.memory, self.stats, self.detail,
-                self.memory_busy, self.sparkline, self.processes, *self._captions]
+                self.memory_busy, self.sparkline, self.more, self.processes]
+
+    def remove(self) -> None:
+        """Take the row off the grid (a new inventory): its widgets, layout and gap."""
+        for widget in self.widgets():
+            self._grid.removeWidget(widget)
+            widget.deleteLater()
+        self._grid.removeItem(self._top)
+        self._top.deleteLater()
+        self._grid.setRowMinimumHeight(self._line + LINES - 1, 0)
+
+    def _more_toggled(self, shown: bool) -> None:
+        self.more.setArrowType(Qt.ArrowType.DownArrow if shown else Qt.ArrowType.RightArrow)
+        self._update_processes_shown()
+
+    def _update_processes_shown(self) -> None:
+        """The processes line shows when asked for, or when it says what the app knows of
+        the GPU: one of its runs holds it, jobs wait for it, it is lost."""
+        lost = self.snapshot is not None and self.snapshot.lost
+        self.processes.setHidden(not (self.more.isChecked() or self.use.text or lost))
 
     def display(self, snap: GpuSnapshot | None, own_pids: set[int]) -> None:
         self.snapshot = snap
+        self._update_processes_shown()
         if snap is None or snap.lost:
             lost = snap is not None
             self.utilization.set_value(None, "lost" if lost else NA)
@@ -127,6 +166,7 @@ class GpuRow:
             self._set(self.memory_busy, NA)
             self._set(self.processes, "<i>GPU lost: NVML cannot reach it; check nvidia-smi"
                       "</i>" if lost else self._claim_html() or WAITING)
+            self._set_more(snap)
             return
         util = snap.utilization_gpu
         self.utilization.set_value(None if util is None else util / 100,
@@ -145,6 +185,21 @@ class GpuRow:
         claim = self._claim_html()
         self._set(self.processes, (f"{claim} · " if claim else "")
                   + _process_text(snap, own_pids | self._claimed_pids()))
+        self._set_more(snap)
+
+    def _set_more(self, snap: GpuSnapshot | None) -> None:
+        """The button says how many processes run there; its tooltip, what a click shows."""
+        if snap is None:
+            text, tooltip = "…", "No reading yet"
+        elif snap.processes is None:
+            text, tooltip = NA, "NVML does not say which processes run on this GPU"
+        else:
+            count = len(snap.processes)
+            text, tooltip = str(count), (f"{count} compute process{'' if count == 1 else 'es'}"
+                                         " on this GPU: click to list them under the row")
+        self._set(self.more, text)
+        if self.more.toolTip() != tooltip:
+            self.more.setToolTip(tooltip)
 
     def _claim_html(self) -> str:
         return f"<b>{html.escape(self.use.text)}</b>" if self.use.text else ""

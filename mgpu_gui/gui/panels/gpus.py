@@ -1,18 +1,24 @@
 """The GPU panel: which GPUs to train on, and how busy each one is right now.
 
-Dense like nvitop: per GPU a checkbox, utilization and memory bars, temperature,
-power, fan, P-state, a two-minute sparkline and the compute processes on it
-(this app's worker highlighted). Rows are built once per inventory; each
-telemetry update only changes texts and values, so it stays cheap at any rate.
-Without a usable GPU the panel says why and offers a CPU replica count instead.
+Dense like nvitop: per GPU two lines, a checkbox with its index and name, utilization and
+memory bars, temperature, power, fan, P-state, a two-minute sparkline, and the compute
+processes on it (this app's worker highlighted) on demand. Rows are built once per
+inventory; each telemetry update only changes texts and values, so it stays cheap at any
+rate. Without a usable GPU the panel says why and offers a CPU replica count instead.
 
-Four or eight GPUs would take the whole column from the run setup: the rows scroll, and
-the panel asks for the height of `SHOWN_GPUS` of them; the header and the warning stay in
-view, and every height is asked for at the panel's width (texts wrap).
+Watching the GPUs is half of what the app is for: the panel asks room for `SHOWN_GPUS`
+rows, every GPU of an 8-GPU machine; when the window gives less, the rows scroll, the
+header and the notes below them stay in view, and every height is asked for at the
+panel's width (texts wrap).
+
+The first choice leaves out the GPUs other work uses (`core.devices.busy`), decided at
+the first readings, since utilization comes with the snapshots, not the inventory; a
+line says which and why. When every GPU is busy, all stay ticked and the warning says so.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 from PySide6.QtCore import QCoreApplication, QEvent, QSize, Qt, Signal
@@ -31,15 +37,23 @@ from PySide6.QtWidgets import (
 )
 
 from mgpu_gui.core.config import DeviceKind, DeviceSelection
+from mgpu_gui.core.devices.busy import busy_gpus, indices_text, left_out_text
 from mgpu_gui.core.devices.nvml import GpuInfo, GpuInventory, NvmlState
 from mgpu_gui.core.devices.plan import DEFAULT_CPU_REPLICAS, cpu_replicas_warning, usable_cores
 from mgpu_gui.core.devices.telemetry import HISTORY_WINDOW_S, GpuSnapshot, TelemetryHistory
 from mgpu_gui.core.runs.claims import DeviceUse
-from mgpu_gui.gui.panels.gpu_row import GpuRow, short_name
+from mgpu_gui.gui.panels.gpu_row import (
+    COLUMN_MEMORY,
+    COLUMN_SPARKLINE,
+    COLUMN_UTILIZATION,
+    LINES,
+    GpuRow,
+    short_name,
+)
 
 MAX_CPU_REPLICAS = 64
-SHOWN_GPUS = 2  # rows the panel asks room for; more scroll
-LINES_PER_GPU = 4  # grid lines of one GPU's row
+SHOWN_GPUS = 8  # rows the panel asks room for; more scroll
+MIN_SHOWN_GPUS = 4  # rows it keeps in the smallest window (1024x576)
 
 
 def _warning_label(name: str, parent: QWidget) -> QLabel:
@@ -54,15 +68,9 @@ def _warning_label(name: str, parent: QWidget) -> QLabel:
     return label
 
 
-def _and(items: Iterable[str]) -> str:
-    """"0", "0 and 1", "0, 1 and 2"."""
-    items = list(items)
-    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
-
-
 class _RowsArea(QScrollArea):
     """The GPU rows (or the CPU page), scrolling up and down, never sideways: it asks for
-    the height of `SHOWN_GPUS` rows and, at least, of one."""
+    the height of `SHOWN_GPUS` rows and, at least, of `MIN_SHOWN_GPUS`."""
 
     def __init__(self, pages: QStackedWidget, panel: GpuPanel):
         super().__init__(panel)
@@ -77,7 +85,8 @@ class _RowsArea(QScrollArea):
                      self._height_of(SHOWN_GPUS))
 
     def minimumSizeHint(self) -> QSize:  # noqa: N802 (Qt's name)
-        return QSize(self.widget().minimumSizeHint().width() + self._bar(), self._height_of(1))
+        return QSize(self.widget().minimumSizeHint().width() + self._bar(),
+                     self._height_of(MIN_SHOWN_GPUS))
 
     def _bar(self) -> int:
         """Room for the vertical scroll bar, whether it shows or not: no sideways jump."""
@@ -89,13 +98,15 @@ class _RowsArea(QScrollArea):
                     pages.minimumSizeHint().width())
         full = pages.heightForWidth(width) if pages.hasHeightForWidth() else -1
         full = full if full >= 0 else pages.sizeHint().height()
-        count = len(self._panel._rows)
-        if count <= shown:
+        rows = self._panel._rows
+        if len(rows) <= shown:
             return full
         grid = self._panel._grid_host
-        rows = grid.heightForWidth(width) if grid.hasHeightForWidth() else -1
-        rows = rows if rows >= 0 else grid.sizeHint().height()
-        return full - rows + rows * shown // count
+        every = grid.heightForWidth(width) if grid.hasHeightForWidth() else -1
+        every = every if every >= 0 else grid.sizeHint().height()
+        if grid.isVisible():  # laid out: down to the next row's first line (lines may wrap)
+            return full - every + rows[shown].check.y()
+        return full - every + math.ceil(every * shown / len(rows))  # rows of even height
 
 
 class GpuPanel(QWidget):
@@ -112,6 +123,8 @@ class GpuPanel(QWidget):
         self._own_pids: set[int] = set()
         self._history = TelemetryHistory(HISTORY_WINDOW_S, history_interval_s)
         self._enabled_for_run = True
+        self._first_choice_pending = False  # leave out busy GPUs at the first readings
+        self._left_out: set[int] = set()  # GPUs the first choice left out, while unticked
 
         outer = QVBoxLayout(self)
         outer.setContentsMargins(4, 4, 4, 4)
@@ -128,9 +141,12 @@ class GpuPanel(QWidget):
         self._grid_host = QWidget(self._gpu_page)
         self._grid = QGridLayout(self._grid_host)
         self._grid.setContentsMargins(0, 0, 0, 0)
-        self._grid.setHorizontalSpacing(8)
+        # Narrow: the rows fit the run setup's own width below (380 px), so the column
+        # takes no width from the curves.
+        self._grid.setHorizontalSpacing(4)
         self._grid.setVerticalSpacing(2)
-        self._grid.setColumnStretch(1, 1)
+        for column in (COLUMN_UTILIZATION, COLUMN_MEMORY, COLUMN_SPARKLINE):
+            self._grid.setColumnStretch(column, 1)
         gpu_layout.addWidget(self._grid_host)
         pick = QHBoxLayout()
         pick.addWidget(QLabel("Use", self._gpu_page))
@@ -149,6 +165,12 @@ class GpuPanel(QWidget):
         pick.addStretch(1)
         gpu_layout.addLayout(pick)
         gpu_layout.addStretch(1)
+        self.note = QLabel(self)
+        self.note.setWordWrap(True)
+        self.note.setTextFormat(Qt.TextFormat.PlainText)
+        self.note.setAccessibleName("GPUs left out")
+        self.note.hide()
+        outer.addWidget(self.note)
         self.warning = _warning_label("GPU warning", self)
         outer.addWidget(self.warning)  # below the rows, always in view
         self._pages.addWidget(self._gpu_page)
@@ -203,7 +225,8 @@ class GpuPanel(QWidget):
         margins = layout.contentsMargins()
         width = (self.width() if self.isVisible() else super().sizeHint().width())
         width -= margins.left() + margins.right()
-        labels = [label for label in (self.header, self.warning) if not label.isHidden()]
+        labels = [label for label in (self.header, self.note, self.warning)
+                  if not label.isHidden()]
         heights = [label.heightForWidth(width) for label in labels]
         if not self._scroll.isHidden():
             heights.append(rows.height())
@@ -239,10 +262,9 @@ class GpuPanel(QWidget):
             return
         self._inventory = inventory
         for row in self._rows:
-            for widget in row.widgets():
-                self._grid.removeWidget(widget)
-                widget.deleteLater()
+            row.remove()
         self._rows = []
+        self._left_out = set()
         self._history.clear()
         versions = [f"driver {inventory.driver_version}" if inventory.driver_version else "",
                     f"CUDA {inventory.cuda_driver_version}"
@@ -250,7 +272,7 @@ class GpuPanel(QWidget):
         versions_text = " · ".join(v for v in versions if v)
         if inventory.state is NvmlState.OK and inventory.gpus:
             for position, gpu in enumerate(inventory.gpus):
-                row = GpuRow(gpu, self._grid, LINES_PER_GPU * position, self._grid_host)
+                row = GpuRow(gpu, self._grid, LINES * position, self._grid_host)
                 row.check.toggled.connect(self._on_check_toggled)
                 row.check.setEnabled(self._enabled_for_run)
                 row.display(None, self._own_pids)
@@ -261,6 +283,7 @@ class GpuPanel(QWidget):
             self.header.setText(f"<b>GPUs</b> · {count} found"
                                 + (f" · {versions_text}" if versions_text else ""))
             self._pages.setCurrentWidget(self._gpu_page)
+            self._first_choice_pending = self._enabled_for_run
         else:
             self.header.setText("<b>GPUs</b> · none available: training on CPU replicas"
                                 + (f" · {versions_text}" if versions_text else ""))
@@ -284,7 +307,22 @@ class GpuPanel(QWidget):
                 continue
             row.display(snap, self._own_pids)
             row.sparkline.set_series(*self._history.series(snap.index))
+        if self._first_choice_pending and all(row.snapshot is not None for row in self._rows):
+            self._leave_out_busy()
         self._refresh_warning()
+
+    def _leave_out_busy(self) -> None:
+        """The first choice: the GPUs other work uses stay unticked, and the note says which
+        and why; when every GPU is busy, all stay ticked (the warning names them)."""
+        self._first_choice_pending = False
+        busy = busy_gpus((row.snapshot for row in self._rows), self._own_pids)
+        if not busy or len(busy) == len(self._rows):
+            return
+        self._left_out = {b.index for b in busy}
+        self.note.setText(f"{left_out_text(busy)}.")
+        self.least_busy_count.setValue(len(self._rows) - len(busy))
+        self._set_checks({row.gpu.index: row.gpu.index not in self._left_out
+                          for row in self._rows})
 
     def set_claims(self, uses: dict[int, DeviceUse]) -> None:
         """The app's runs and queue on each GPU (connect QueuePanel.claims_changed)."""
@@ -359,12 +397,15 @@ class GpuPanel(QWidget):
     def set_enabled_for_run(self, enabled: bool) -> None:
         """False while a run uses the selection: choices lock, telemetry goes on."""
         self._enabled_for_run = enabled
+        if not enabled:  # a run uses the selection now: too late for a first choice
+            self._first_choice_pending = False
         for row in self._rows:
             row.check.setEnabled(enabled)
         for widget in (self.least_busy_count, self.least_busy_button, self.cpu_replicas):
             widget.setEnabled(enabled)
 
     def _set_checks(self, wanted: dict[int, bool]) -> None:
+        self._first_choice_pending = False  # chosen: the first choice is not to change it
         changed = False
         for row in self._rows:
             state = wanted.get(row.gpu.index, row.check.isChecked())
@@ -378,6 +419,7 @@ class GpuPanel(QWidget):
             self.selection_changed.emit()
 
     def _on_check_toggled(self, _checked: bool) -> None:
+        self._first_choice_pending = False  # the user chose
         self._refresh_warning()
         self.selection_changed.emit()
 
@@ -387,6 +429,10 @@ class GpuPanel(QWidget):
         self.cpu_warning.setVisible(bool(text))
 
     def _refresh_warning(self) -> None:
+        """The warning, and the note on the GPUs left out while they all stay unticked."""
+        if any(row.check.isChecked() for row in self._rows if row.gpu.index in self._left_out):
+            self._left_out = set()  # ticked again: the note no longer holds
+        self.note.setVisible(bool(self._left_out))
         lines, held, busy = [], [], []
         if self._rows and not any(row.check.isChecked() for row in self._rows):
             lines.append("No GPU checked: check at least one GPU to train on.")
@@ -400,7 +446,7 @@ class GpuPanel(QWidget):
                              "nvidia-smi (it may need a reset).")
                 continue
             if row.use.holder:
-                held.append(str(row.gpu.index))
+                held.append(row.gpu.index)
             foreign = row.foreign_processes(self._own_pids)
             if foreign:
                 busy.append((row.gpu.index, f"{name} is busy with another process: "
@@ -408,12 +454,12 @@ class GpuPanel(QWidget):
                              "memory."))
         if len(busy) == 1:
             lines.append(busy[0][1])
-        elif busy:  # one line for them all: the rows above name the processes
-            lines.append(f"GPUs {_and(str(index) for index, _ in busy)} are busy with other "
-                         "processes (their pids above). Training there shares their compute "
-                         "and memory.")
+        elif busy:  # one line for them all: each row's ▸ lists its processes
+            lines.append(f"GPUs {indices_text(index for index, _ in busy)} are busy with other "
+                         "processes (▸ on a row lists them). Training there shares their "
+                         "compute and memory.")
         if held and self._enabled_for_run:
-            which = f"GPU {held[0]} is" if len(held) == 1 else f"GPUs {_and(held)} are"
+            which = f"GPU {held[0]} is" if len(held) == 1 else f"GPUs {indices_text(held)} are"
             lines.append(f"{which} in use by another run (shown above). Uncheck "
                          f"{'it' if len(held) == 1 else 'them'}, or Run ▸ Add to queue: the run "
                          f"starts when {'it is' if len(held) == 1 else 'they are'} free.")

@@ -18,7 +18,7 @@ UTILIZATION_COLOR = QColor("#2f81f7")
 MEMORY_COLOR = QColor("#8957e5")
 WARN_COLOR = QColor("#d29922")
 FULL_COLOR = QColor("#cf222e")
-MIN_METER_WIDTH = 60
+MIN_METER_WIDTH = 52  # "100%" with room: the GPU panel fits beside the run setup
 TEXT_PADDING = 4
 
 
