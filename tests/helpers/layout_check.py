@@ -26,8 +26,8 @@ from __future__ import annotations
 from typing import Any
 
 import pyqtgraph as pg
-from PySide6.QtCore import QPoint, QRect, QRectF
-from PySide6.QtGui import QImage, QPainter
+from PySide6.QtCore import QPoint, QRect, QRectF, Qt
+from PySide6.QtGui import QImage, QPainter, QTextDocumentFragment
 from PySide6.QtWidgets import (
     QAbstractButton,
     QAbstractScrollArea,
@@ -280,6 +280,9 @@ def _problem(widget: QWidget, region: str, check: str, detail: str) -> Problem:
 
 
 def _text(widget: QWidget) -> str:
+    if (isinstance(widget, QLabel) and widget.textFormat() is not Qt.TextFormat.PlainText
+            and "<" in widget.text()):
+        return QTextDocumentFragment.fromHtml(widget.text()).toPlainText()  # as it reads
     if isinstance(widget, QLabel | QAbstractButton | QLineEdit):
         return widget.text()
     if isinstance(widget, QComboBox):

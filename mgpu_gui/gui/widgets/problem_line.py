@@ -35,12 +35,16 @@ class Problem:
 
 def fit_lines(head: str, text: str, tail: str, metrics: QFontMetrics, width: int,
               lines: int) -> str:
-    """`text` cut short with "…" so that `head + text + tail` wraps to at most `lines`
+    """`text` shortened with "…" in its middle (where a message's path is: its file name
+    stays, as the app elides paths) so that `head + text + tail` wraps to at most `lines`
     lines `width` pixels wide (whole when it fits, or while the width is not known)."""
     limit = lines * metrics.lineSpacing()
 
     def cut(n: int) -> str:
-        return text if n >= len(text) else text[:n].rstrip() + "…"
+        if n >= len(text):
+            return text
+        end = min(n // 3, 40)  # the file name, or the end of the message
+        return text[:n - end].rstrip() + "…" + text[len(text) - end:] if end else text[:n] + "…"
 
     def fits(n: int) -> bool:
         box = QRect(0, 0, width, 100_000)
@@ -74,7 +78,6 @@ class ProblemLine(QLabel):
         """Say the first problem (a wrong value before a field not filled in) and name the
         rest; none: the caller says what is ready."""
         self._problems = sorted(problems, key=lambda problem: problem.awaits_input)
-        self.setToolTip("\n".join(f"{p.name}: {p.message}" for p in self._problems))
         if self._problems:
             self._fill()
 
@@ -96,6 +99,9 @@ class ProblemLine(QLabel):
                             self.contentsRect().width() if self.isVisible() else 0, LINES)
         warning = "" if first.awaits_input else f"<span style='color:{ERROR_COLOR}'>⚠</span> "
         self.setText(f"{warning}{_link(first)}: {html.escape(message)}{_also(rest, _link)}")
+        # The line whole (what a shortened line leaves out), then every problem whole.
+        whole = f"{head}{first.message}{_also(rest, lambda p: p.name)}"
+        self.setToolTip("\n".join([whole, *(f"{p.name}: {p.message}" for p in rest)]))
 
 
 def _link(problem: Problem) -> str:
