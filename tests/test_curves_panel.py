@@ -339,3 +339,16 @@ def test_the_best_epoch_is_said_in_the_key_not_on_the_curves(panel):
     assert panel._key.best() == f"epoch 7, val_loss {val_loss:.4g}"
     panel.handle_event(run_started(epochs=5, steps=8))
     assert panel._key.best() == "" and "★&nbsp;best&nbsp;epoch" in panel._key.text()
+
+
+def test_narrow_time_axes_label_ticks_far_enough_apart(qtbot):
+    """Issue 30: before any data the throughput and devices plots at 1024x576 read
+    "0.20.40.60.8" under their x axis."""
+    from mgpu_gui.gui.widgets.plots import MIN_LABEL_PX, SparseAxis
+
+    axis = SparseAxis()
+    for size, span in ((90, 1.0), (128, 1.0), (128, 37.0), (600, 1.0)):
+        (major, _), *minor = axis.tickSpacing(0, span, size)
+        assert span / major * MIN_LABEL_PX <= size, (size, span, major)
+        assert all(step < major for step, _ in minor)
+    assert axis.tickSpacing(0, 1.0, 600)[0][0] == 0.2  # wide: pyqtgraph's own

@@ -36,6 +36,7 @@ from mgpu_gui.gui.widgets.family_plot import FamilyPlot, color_stage, show_stage
 from mgpu_gui.gui.widgets.plot_export import install_export
 from mgpu_gui.gui.widgets.plots import (
     EdgeViewBox,
+    SparseAxis,
     batch_curve,
     blank_range,
     color_plot,
@@ -272,7 +273,7 @@ class CurvesPanel(QWidget):
         self._lr_curve = self._lr_plot.plot(pen=pg.mkPen(colors.lr, width=2), antialias=True)
         self._lr_stage = stage_marker()  # the learning rate changes where fine-tuning begins
         self._lr_plot.addItem(self._lr_stage, ignoreBounds=True)
-        self._rate_plot = pg.PlotWidget()
+        self._rate_plot = pg.PlotWidget(axisItems={"bottom": SparseAxis()})
         style_plot(self._rate_plot, "samples/s")
         self._rate_plot.setLabel("bottom", X_LABELS[XAxis.WALL], color=colors.text)
         self._rate_curve = batch_curve(pg.mkPen(colors.rate, width=1.5))
@@ -297,8 +298,6 @@ class CurvesPanel(QWidget):
         row.setSpacing(self._grid.spacing())
         for widget in (self._rate_plot, self._telemetry.widget):
             widget.setMinimumWidth(WALL_PLOT_MIN_WIDTH)  # two where one metric plot is
-            # Half as many time ticks: at this width pyqtgraph's ran together ("0.20.40.6").
-            widget.getAxis("bottom").setTickDensity(0.5)
             row.addWidget(widget)
 
     def _make_shell(self, title: str = "") -> FamilyPlot:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pyqtgraph as pg
 from PySide6.QtGui import QPen
 
@@ -130,3 +132,26 @@ def thin_when_dense(curve: pg.PlotDataItem) -> None:
     Called after `PlotItem.addItem`, which applies the plot's (off) settings."""
     curve.setClipToView(True)
     curve.setDownsampling(auto=True, method="peak")
+
+
+MIN_LABEL_PX = 40  # a time label ("12.5") and the gap after it
+
+
+class SparseAxis(pg.AxisItem):
+    """An axis whose labelled ticks lie at least MIN_LABEL_PX apart: on the narrow
+    throughput and device plots (1024x576) pyqtgraph's ran together ("0.20.40.60.8")."""
+
+    def __init__(self, orientation: str = "bottom") -> None:
+        super().__init__(orientation)
+        self.setStyle(maxTextLevel=0)  # labels on the major ticks only
+
+    def tickSpacing(self, minVal, maxVal, size):  # noqa: N802, N803 (pyqtgraph's names)
+        levels = super().tickSpacing(minVal, maxVal, size)
+        span = maxVal - minVal
+        if not levels or span <= 0 or size <= 0:
+            return levels
+        major = levels[0][0]
+        while span / major * MIN_LABEL_PX > size:
+            mantissa = major / 10 ** math.floor(math.log10(major))
+            major *= 2.5 if 2 <= mantissa < 5 else 2  # 1, 2, 5, 10, ...
+        return [(major, 0), *((step, offset) for step, offset in levels[1:] if step < major)]

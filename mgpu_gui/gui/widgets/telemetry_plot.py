@@ -23,7 +23,7 @@ from mgpu_gui.core.runs.telemetry_store import (
     TelemetryDevice,
 )
 from mgpu_gui.gui.theme import PlotColors
-from mgpu_gui.gui.widgets.plots import color_plot, set_title, style_plot
+from mgpu_gui.gui.widgets.plots import SparseAxis, color_plot, set_title, style_plot
 
 TITLE = "Devices (%)"
 
@@ -33,7 +33,7 @@ class TelemetryPlot:
     origin the curves use, so it lines up with the throughput plot."""
 
     def __init__(self, colors: PlotColors) -> None:
-        self.widget = pg.PlotWidget()
+        self.widget = pg.PlotWidget(axisItems={"bottom": SparseAxis()})
         self.widget.setAccessibleName("Device telemetry plot")
         style_plot(self.widget, "devices %")  # named by its axis too: a short plot folds its title
         self.widget.setTitle(TITLE, size="10pt")
