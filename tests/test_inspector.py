@@ -21,7 +21,7 @@ import pytest
 from mgpu_gui.core.children.inspector import FileInspector
 from mgpu_gui.core.datasets.inspection import inspect_data
 from mgpu_gui.core.errors import DataError, ModelError
-from mgpu_gui.core.events import InspectKind
+from mgpu_gui.core.inspect_request import InspectKind
 from mgpu_gui.core.modelfiles.inspection import inspect_model_file
 from tests.helpers.fuzzed_files import fuzz_cases, valid_files, zip_bomb
 from tests.helpers.waiting import wait_for
