@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # for tests.helper
 from mgpu_gui.core.children.inspector import FileInspector  # noqa: E402
 from mgpu_gui.core.datasets.inspection import inspect_data  # noqa: E402
 from mgpu_gui.core.errors import DataError, ModelError  # noqa: E402
-from mgpu_gui.core.events import InspectKind  # noqa: E402
+from mgpu_gui.core.inspect_request import InspectKind  # noqa: E402
 from mgpu_gui.core.modelfiles.inspection import inspect_model_file  # noqa: E402
 from tests.helpers.fuzzed_files import (  # noqa: E402
     SUFFIXES,
