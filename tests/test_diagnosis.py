@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sys
 
+import numpy as np
 import pytest
 
 from mgpu_gui.core.children import supervisor, telemetry_recorder
@@ -99,8 +100,11 @@ def test_slow_input_is_input_bound_and_the_plain_demo_is_not(host, tmp_path):
     epochs = [e for e in events if isinstance(e, EpochEnd)]
     assert [v.epoch for v in verdicts] == [0, 1, 2]
     plain, slow = epochs[1], epochs[2]
-    steps = next(e.steps for e in events if isinstance(e, BatchEnd))
-    step_ms = plain.duration_s / steps * 1000
+    # A plain step's time from its batches' own times (the median gap): the epoch's
+    # duration holds its validation too, which read the expected wait 11 points low once
+    # under CI's load (40 % for 51 %).
+    times = [e.t for e in events if isinstance(e, BatchEnd) and e.epoch == 1]
+    step_ms = float(np.median(np.diff(times))) * 1000
     expected = SLOW_MS / (SLOW_MS + step_ms)
     print(f"\nplain demo: {step_ms:.1f} ms per step, input wait {plain.input_wait:.1%}: "
           f"{verdicts[1].text}\nslowed by {SLOW_MS} ms per batch: input wait "
