@@ -6,6 +6,7 @@ background work must be stopped by whoever started it.
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from mgpu_gui.gui import gc_guard
 from tests.helpers import engine_starts
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -31,6 +33,10 @@ for _variable, _value in (("TF_NUM_INTRAOP_THREADS", "1"), ("TF_NUM_INTEROP_THRE
 # the app's device-count flag after it was ignored.)
 os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", ""),
                                     "--xla_cpu_multi_thread_eigen=false"]).strip()
+# Cyclic garbage collection on the main thread only, as the app has it (gui/gc_guard.py):
+# a Qt object collected on a reader job's thread deadlocked a window test (CI 11). Each
+# test ends with the collections that fell due during it.
+gc.disable()
 # Children note the engines they start (one log per pytest process, xdist workers too).
 _fd, _name = tempfile.mkstemp(prefix="mgpu-engine-starts-", suffix=".tsv")
 os.close(_fd)
@@ -102,6 +108,11 @@ def pytest_runtest_teardown_stops_live_runs(item, nextitem):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(window.MainWindow, "confirm_stop_on_close", lambda self: True)
         return (yield)
+
+
+@pytest.hookimpl(specname="pytest_runtest_teardown", trylast=True)
+def pytest_runtest_teardown_collects(item, nextitem):
+    gc_guard.collect_due()
 
 
 @pytest.hookimpl(specname="pytest_runtest_teardown", trylast=True)

@@ -42,11 +42,13 @@ def configure_application(app: QGuiApplication) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     from PySide6.QtWidgets import QApplication
 
+    from mgpu_gui.gui.gc_guard import MainThreadCollector
     from mgpu_gui.gui.main_window import MainWindow
     from mgpu_gui.gui.widgets import wheel_guard
 
     app = QApplication(list(sys.argv if argv is None else argv))
     configure_application(app)
+    MainThreadCollector(app)  # no Qt object is ever collected on a job's thread
     wheel_guard.install(app)  # before any window: fields are guarded from their first polish
     window = MainWindow()
     window.show()
