@@ -205,11 +205,9 @@ class RunConfig:
         found: list[tuple[str, str]] = []
         found += _model_problems(self.model)
         found += _pretrained_problems(self)
-        if self.custom_objects is not None:
-            path = Path(os.path.expanduser(self.custom_objects))
-            if not path.is_file() or path.suffix != ".py":
-                found.append(("custom_objects", f"{path} is not a .py file; give the file that "
-                              "defines the `custom_objects` dict"))
+        if self.custom_objects is not None and (
+                problem := custom_objects_problem(Path(os.path.expanduser(self.custom_objects)))):
+            found.append(("custom_objects", problem))
         if self.builder is not None and not (
                 self.builder.isidentifier() and self.model.lower().endswith(".py")):
             found.append(("builder", f"{self.builder!r} is not a function name"
@@ -338,6 +336,13 @@ def _cache_problems(mode: str, data: str) -> list[tuple[str, str]]:
 
 def _is_image_folder(data: str) -> bool:
     return data != DEMO and Path(os.path.expanduser(data)).is_dir()
+
+
+def custom_objects_problem(path: Path) -> str | None:
+    """What is wrong with a --custom-objects file (None: nothing seen without running it)."""
+    if not path.is_file() or path.suffix != ".py":
+        return f"{path} is not a .py file; give the file that defines the `custom_objects` dict"
+    return None
 
 
 def is_model_file(model: str) -> bool:

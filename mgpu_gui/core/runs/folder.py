@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from mgpu_gui.core.config import DEMO, RunConfig
+from mgpu_gui.core.config import DEMO, RunConfig, custom_objects_problem
 from mgpu_gui.core.errors import ExportError, OutputError, UserError
 from mgpu_gui.core.events import (
     EpochEnd,
@@ -229,9 +229,8 @@ def custom_objects_for(model: Path, given: Path | None, own: tuple[str, ...]) ->
     rebuild them ("Could not locate class") without their code."""
     if given is not None:
         given = given.expanduser().absolute()
-        if not given.is_file() or given.suffix != ".py":
-            raise UserError(f"{given} is not a .py file; give the file that defines the "
-                            "model's own classes (and a `custom_objects` dict naming them).")
+        if problem := custom_objects_problem(given):
+            raise UserError(f"{problem}.")
         return str(given)
     recorded = custom_objects_of(model)
     if recorded is None and own:
