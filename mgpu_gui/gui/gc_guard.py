@@ -8,9 +8,9 @@ destroyed another widget and waited for the Qt object lock the reader held. Both
 forever (py-spy: `gc_collect_main` -> `QObject::~QObject` -> `GilState::acquire` in the
 reader; `QObject::~QObject` -> `QBasicMutex::lockInternal` on the GUI thread): the
 "window-fixture hang" of issue 28. So automatic collection is off, and the GUI thread
-collects each generation when the collector itself would have (its thresholds), checked
-every `INTERVAL_MS`. Qt applications with worker threads have long done the same
-(calibre's GarbageCollector).
+collects a generation when its threshold is passed (a full collection at most every
+FULL_EVERY_S), checked every `INTERVAL_MS`. Qt applications with worker threads have
+long done the same (calibre's GarbageCollector).
 """
 
 from __future__ import annotations
