@@ -457,8 +457,8 @@ def test_runs_lists_the_history(capsys, tmp_path):
     folder = _stored_run(tmp_path, "stopped")
     code, out, _ = run_in_process(capsys, "runs")
     header, row = out.splitlines()
-    assert header.split() == ["ID", "STATUS", "STARTED", "MODEL", "DEVICES", "EPOCHS", "BEST",
-                              "TAGS", "SIZE", "FOLDER"]
+    assert header.split() == ["ID", "STATUS", "STARTED", "MODEL", "DIFFERS", "DEVICES",
+                              "EPOCHS", "BEST", "TAGS", "SIZE", "FOLDER"]
     assert "stopped" in row and "2 CPU replicas" in row and "2/3" in row
     assert "val_loss 0.6 (epoch 2)" in row and row.endswith(str(folder))
     code, out, _ = run_in_process(capsys, "runs", "--json")

@@ -74,11 +74,11 @@ def epoch_events(epoch: int, epochs: int, val_loss: float, t: float, best: bool)
 def record_run(store: RunStore, root: Path, name: str, *, epochs: int = 4, done: int = 4,
                end: RunStatus | str | None = RunStatus.COMPLETED, start_t: float = 1.7e9,
                gpus: int = 0, val_losses: list[float] | None = None, model: str = "demo",
-               data: str = "demo") -> RunRecord:
+               data: str = "demo", **settings) -> RunRecord:
     """A run recorded as the supervisor records it; `end` None: still 'running'
-    (its supervisor died), "failed": a RunFailed."""
+    (its supervisor died), "failed": a RunFailed; `settings`: more of its RunConfig."""
     config = RunConfig(output_dir=str(root), run_name=name, epochs=epochs, model=model,
-                       data=data)
+                       data=data, **settings)
     run_dir = create_run_dir(config)
     run_id = store.add_run(run_dir, config)
     store.begin_attempt(run_id)

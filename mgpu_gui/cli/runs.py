@@ -25,6 +25,7 @@ from mgpu_gui.core.runs import disk
 from mgpu_gui.core.runs.checkpoints import format_bytes
 from mgpu_gui.core.runs.environment import read_environment
 from mgpu_gui.core.runs.epoch_table import export_csv
+from mgpu_gui.core.runs.run_differences import RunDifference, differences, stored_settings
 from mgpu_gui.core.runs.search import RunQuery
 from mgpu_gui.core.runs.store import RunRecord, RunState, RunStore
 from mgpu_gui.core.runs.storedb import ReadOnlyStoreError
@@ -97,13 +98,14 @@ def run(args: argparse.Namespace) -> int:
             print(f"Removed run {record.id} ({record.name}) from the history: its folder "
                   f"{record.run_dir} was deleted.", file=sys.stderr)
     query = RunQuery.parse(args.search).narrowed(tags=args.tag, statuses=args.status)
-    records = [r for r in store.runs() if query.matches(r)]
+    every = store.runs()
+    records = [r for r in every if query.matches(r)]
     if args.json:
         print(json.dumps([_record_json(r) for r in records], indent=2))
     elif query and not records:
         print("No run matches; `mgpu-train runs` lists them all.")
     else:
-        print(format_runs(records))
+        print(format_runs(records, differences(every, stored_settings(store.config_texts()))))
     return 0
 
 
@@ -173,15 +175,17 @@ def _prune(store: RunStore, args: argparse.Namespace) -> int:
     return 0
 
 
-def format_runs(records: list[RunRecord]) -> str:
+def format_runs(records: list[RunRecord], differs: dict[int, RunDifference]) -> str:
+    """`differs`: what sets each run apart from the run before it of its name."""
     if not records:
         return "No runs yet: train one with `mgpu-train`."
-    header = ("ID", "STATUS", "STARTED", "MODEL", "DEVICES", "EPOCHS", "BEST", "TAGS",
-              "SIZE", "FOLDER")
+    header = ("ID", "STATUS", "STARTED", "MODEL", "DIFFERS", "DEVICES", "EPOCHS", "BEST",
+              "TAGS", "SIZE", "FOLDER")
     rows = [header] + [(
         str(r.id), r.status.value.replace("_", " "),
         time.strftime("%Y-%m-%d %H:%M", time.localtime(r.started or r.created)),
-        Path(r.model).name, _devices_text(r), f"{r.epochs_done}/{r.epochs}", _best_text(r),
+        Path(r.model).name, differs[r.id].text if r.id in differs else "-", _devices_text(r),
+        f"{r.epochs_done}/{r.epochs}", _best_text(r),
         ",".join(r.tags) or "-", _size_text(disk.measure(r.run_dir)),
         str(r.run_dir) + ("" if r.folder_exists else " (deleted)"),
     ) for r in records]

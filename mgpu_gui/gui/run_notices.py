@@ -9,11 +9,11 @@ from __future__ import annotations
 from mgpu_gui.core.children.supervisor import RunOutcome
 from mgpu_gui.core.events import EpochEnd, RunFinished, RunStarted, RunStatus
 from mgpu_gui.core.eventtext import NOTHING_TO_RESUME, best_text
-from mgpu_gui.core.runs.folder import RunDir
+from mgpu_gui.core.runs.folder import RunDir, folder_label
 from mgpu_gui.core.runs.queue import QueuedJob, config_summary
 from mgpu_gui.core.runs.store import RunRecord
 from mgpu_gui.gui.widgets.notifier import Notice, NoticeKind
-from mgpu_gui.gui.widgets.runs_table import folder_label, short_name
+from mgpu_gui.gui.widgets.runs_table import short_name
 
 
 def run_end_notice(name: str, status: str, done: int | None, epochs: int | None,

@@ -46,8 +46,9 @@ def direction(metric: str) -> Direction:
     return Direction.MAX if any(word in family for word in _HIGHER) else Direction.MIN
 
 
-def flatten(config: RunConfig) -> dict[str, Any]:
-    """A config's settings under dotted names, lists as tuples (comparable, hashable)."""
+def flatten(config: RunConfig | Mapping[str, Any]) -> dict[str, Any]:
+    """A config's settings (or its dict, as stored) under dotted names, lists as tuples
+    (comparable, hashable)."""
     flat: dict[str, Any] = {}
 
     def walk(prefix: str, value: Any) -> None:
@@ -57,7 +58,7 @@ def flatten(config: RunConfig) -> dict[str, Any]:
         else:
             flat[prefix[:-1]] = tuple(value) if isinstance(value, list) else value
 
-    walk("", config.to_dict())
+    walk("", config.to_dict() if isinstance(config, RunConfig) else config)
     return flat
 
 

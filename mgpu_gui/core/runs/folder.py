@@ -29,6 +29,7 @@ from mgpu_gui.core.modelfiles.card import ModelCard, card_path, read_card
 from mgpu_gui.core.runs.checkpoints import read_backup
 
 EXPORT_NAMES = {"keras": "model.keras", "h5": "model.h5", "savedmodel": "model_savedmodel"}
+_STAMP = re.compile(r"^\d{8}-\d{6}-")  # run folders are "<date>-<time>-<name>"
 
 
 @dataclass(frozen=True)
@@ -256,7 +257,7 @@ def create_run_dir(config: RunConfig) -> RunDir:
     if not root.is_dir():
         raise OutputError(f"Cannot use output folder {root}: it is not a folder. "
                           f"Choose another output folder.")
-    stem = _slug(config.run_name or _default_name(config))
+    stem = run_stem(config.run_name, config.model)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for attempt in range(1000):
         path = root / (f"{stamp}-{stem}" + (f"-{attempt}" if attempt else ""))
@@ -276,10 +277,16 @@ def create_run_dir(config: RunConfig) -> RunDir:
     raise OutputError(f"Could not create a new run folder in {root}; clean up old runs there.")
 
 
-def _default_name(config: RunConfig) -> str:
-    if config.model == DEMO:
-        return "demo"
-    return Path(os.path.expanduser(config.model)).stem
+def folder_label(folder_name: str) -> str:
+    """A run folder's name without its date stamp: the name the user gave (or the model's)."""
+    return _STAMP.sub("", folder_name) or folder_name
+
+
+def run_stem(run_name: str | None, model: str) -> str:
+    """The name in a run's folder name: the user's run name, else its model's."""
+    if run_name:
+        return _slug(run_name)
+    return _slug("demo" if model == DEMO else Path(os.path.expanduser(model)).stem)
 
 
 def _slug(name: str) -> str:

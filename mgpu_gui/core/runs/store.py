@@ -135,6 +135,11 @@ class RunStore:
         rows = self._db.execute(f"{_RUNS} ORDER BY created DESC, id DESC").fetchall()
         return [_record(row) for row in rows]
 
+    def config_texts(self) -> dict[int, str]:
+        """Every run's settings as registered (JSON), by run id: one query for the table."""
+        return {row["id"]: row["config"]
+                for row in self._db.execute("SELECT id, config FROM runs")}
+
     def get(self, run_id: int) -> RunRecord:
         row = self._db.execute(f"{_RUNS} WHERE id = ?", (run_id,)).fetchone()
         if row is None:

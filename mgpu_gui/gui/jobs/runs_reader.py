@@ -1,8 +1,9 @@
 """The run history read off the GUI thread: the Runs tab's query grows with the history.
 
 A thread of its own holds its own store connection (`RunStore` is one
-connection per thread) and reads every run when asked, with each run folder's
-size (a walk of every folder: 55 ms for 200 runs of 23 files on 2 busy cores,
+connection per thread) and reads every run when asked, with what sets it apart
+from the run before it of its name (core/runs/run_differences.py) and each run
+folder's size (a walk of every folder: 55 ms for 200 runs of 23 files on 2 busy cores,
 cheap beside a 5 s refresh, so nothing is cached). Asking again while a
 read is under way folds into one more read after it, and a read that began
 before the latest request is not delivered: whoever asks gets rows at least as
@@ -23,6 +24,7 @@ from pathlib import Path
 from PySide6.QtCore import QObject, Qt, Signal
 
 from mgpu_gui.core.runs.disk import measure
+from mgpu_gui.core.runs.run_differences import differences, stored_settings
 from mgpu_gui.core.runs.store import RunStore
 
 STOP_WAIT_S = 5.0  # a read under way takes milliseconds; a stalled folder walk is left behind
@@ -31,7 +33,8 @@ STOP_WAIT_S = 5.0  # a read under way takes milliseconds; a stalled folder walk 
 class RunsReader(QObject):
     """Reads the store's runs in a thread of its own; `records` arrive on the GUI thread."""
 
-    records = Signal(list, object)  # list[RunRecord], newest first; {run id: RunSize | None}
+    # list[RunRecord], newest first; {run id: RunSize | None}; {run id: RunDifference}
+    records = Signal(list, object, object)
     failed = Signal(str)  # what went wrong, in words
     _read = Signal(int, object)  # from the thread: (request number, records or message)
 
@@ -70,7 +73,9 @@ class RunsReader(QObject):
                 try:
                     store = store or RunStore(self.path)
                     records = store.runs()
-                    result: tuple | str = (records, {r.id: measure(r.run_dir) for r in records})
+                    result: tuple | str = (
+                        records, {r.id: measure(r.run_dir) for r in records},
+                        differences(records, stored_settings(store.config_texts())))
                 except Exception as error:  # a broken or locked store must not break the app
                     result = f"Could not read the run history: {error}"
                 # RuntimeError: this object went with its window while the read went on.

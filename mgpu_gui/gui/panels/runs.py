@@ -223,8 +223,8 @@ class RunsPanel(QWidget):
             return
         self.reader.request()
 
-    def _show_records(self, records: list[RunRecord], sizes: dict) -> None:
-        self.table.measure_columns(changed=self.model.set_records(records, sizes))
+    def _show_records(self, records: list[RunRecord], sizes: dict, differences: dict) -> None:
+        self.table.measure_columns(changed=self.model.set_records(records, sizes, differences))
         self.stack.setCurrentWidget(self.table if records else self.empty_label)
         self._show_matches()
         self._update_actions()

@@ -2,7 +2,9 @@
 
 Status has a label and a colour (a coloured dot, so it does not rest on colour
 alone); sorting uses raw values (times, fractions), not the displayed text.
-Model and data are shown as paths (home as ~), so two runs of "model.keras" on
+A run's name is followed by the settings that set it apart from the run before it
+of that name ("demo  lr=0.01": core/runs/run_differences.py). Model and data are
+shown as paths (home as ~), so two runs of "model.keras" on
 different data tell apart; the view elides them in the middle, keeping the file
 name, and their tooltips hold the whole path. A run's tags have a column; its
 note, free text of any length, is in the tooltips of its name and tags. Its folder's
@@ -31,6 +33,8 @@ from mgpu_gui.core.config import DEMO
 from mgpu_gui.core.eventtext import best_text as best_of
 from mgpu_gui.core.runs.checkpoints import format_bytes
 from mgpu_gui.core.runs.disk import RunSize
+from mgpu_gui.core.runs.folder import folder_label
+from mgpu_gui.core.runs.run_differences import RunDifference
 from mgpu_gui.core.runs.search import RunQuery
 from mgpu_gui.core.runs.store import RunRecord, RunState
 from mgpu_gui.gui.theme import on_background
@@ -63,16 +67,13 @@ COLUMNS = tuple(column.name.capitalize() for column in Column)
 PATH_COLUMNS = (Column.NAME, Column.TAGS, Column.MODEL, Column.DATA)
 SORT_ROLE = Qt.ItemDataRole.UserRole
 ID_ROLE = Qt.ItemDataRole.UserRole + 1
-_STAMP = re.compile(r"^\d{8}-\d{6}-")  # run folders are "<date>-<time>-<name>"
+# Every text a cell may come to show while its run lives: its column is sized for the
+# widest, so a live row's changes do not shift the others (issue 30, finding 7).
+WIDEST_ROLE = Qt.ItemDataRole.UserRole + 2
 _GPU_NAME = re.compile(r"^GPU (\d+(?: MIG \d+)?)")
 MISSING = "#888888"
 _SIZE_ROLES = (Qt.ItemDataRole.DisplayRole, SORT_ROLE, Qt.ItemDataRole.ToolTipRole,
                Qt.ItemDataRole.TextAlignmentRole)
-
-
-def folder_label(folder_name: str) -> str:
-    """A run folder's name without its date stamp: the name the user gave (or the model's)."""
-    return _STAMP.sub("", folder_name) or folder_name
 
 
 def short_name(record: RunRecord) -> str:
@@ -162,21 +163,25 @@ class RunsTableModel(QAbstractTableModel):
         super().__init__(parent)
         self.records: list[RunRecord] = []
         self.sizes: dict[int, RunSize | None] = {}  # by run id; None: no folder
+        self.differences: dict[int, RunDifference] = {}  # by run id
         self._icons = {state: _status_icon(color) for state, (_, color) in STATUS_TEXT.items()}
 
     def set_records(self, records: list[RunRecord],
-                    sizes: dict[int, RunSize | None] | None = None) -> bool:
-        """Show `records` (and their folders' `sizes`); returns whether any row changed."""
-        sizes = sizes or {}
+                    sizes: dict[int, RunSize | None] | None = None,
+                    differences: dict[int, RunDifference] | None = None) -> bool:
+        """Show `records` (with their folders' `sizes` and what `differences` sets each
+        apart from the run before it); returns whether any row changed."""
+        sizes, differences = sizes or {}, differences or {}
         if [r.id for r in records] == [r.id for r in self.records]:
             changed = [i for i, (new, old) in enumerate(zip(records, self.records, strict=True))
-                       if new != old or sizes.get(new.id) != self.sizes.get(new.id)]
-            self.records, self.sizes = records, sizes
+                       if new != old or sizes.get(new.id) != self.sizes.get(new.id)
+                       or differences.get(new.id) != self.differences.get(new.id)]
+            self.records, self.sizes, self.differences = records, sizes, differences
             for row in changed:  # selection and scroll position stay as they are
                 self.dataChanged.emit(self.index(row, 0), self.index(row, len(COLUMNS) - 1))
             return bool(changed)
         self.beginResetModel()
-        self.records, self.sizes = records, sizes
+        self.records, self.sizes, self.differences = records, sizes, differences
         self.endResetModel()
         return True
 
@@ -200,11 +205,15 @@ class RunsTableModel(QAbstractTableModel):
         if column == Column.SIZE and role in _SIZE_ROLES:
             return self._size_data(self.sizes.get(record.id), role)
         if role == Qt.ItemDataRole.DisplayRole:
+            if column == Column.NAME and record.id in self.differences:
+                return f"{self._text(record, column)}  {self.differences[record.id].text}"
             return self._text(record, column)
         if role == SORT_ROLE:
             return self._sort_key(record, column)
         if role == ID_ROLE:
             return record.id
+        if role == WIDEST_ROLE:
+            return self._widest(record, column)
         if role == Qt.ItemDataRole.DecorationRole and column == Column.STATUS:
             return self._icons[record.status]
         if role == Qt.ItemDataRole.ForegroundRole:
@@ -213,7 +222,10 @@ class RunsTableModel(QAbstractTableModel):
             if column == Column.STATUS:
                 return _text_color(STATUS_TEXT[record.status][1])
         if role == Qt.ItemDataRole.ToolTipRole:
-            return self._tooltip(record, column)
+            tip = self._tooltip(record, column)
+            if column == Column.NAME and record.id in self.differences:
+                tip += "\n" + self.differences[record.id].tip
+            return tip
         if role == Qt.ItemDataRole.TextAlignmentRole and column == Column.EPOCHS:
             return int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
         return None
@@ -247,6 +259,14 @@ class RunsTableModel(QAbstractTableModel):
         if column == Column.EPOCHS:
             return f"{record.epochs_done}/{record.epochs}"
         return best_text(record)
+
+    @staticmethod
+    def _widest(record: RunRecord, column: int) -> list[str]:
+        if column == Column.STATUS:  # any run may come to any state
+            return [label for label, _ in STATUS_TEXT.values()]
+        if column == Column.EPOCHS:
+            return [f"{record.epochs}/{record.epochs}"]
+        return [RunsTableModel._text(record, column)]
 
     @staticmethod
     def _sort_key(record: RunRecord, column: int):

@@ -1,7 +1,9 @@
 """The run history's table view and the search bar over it.
 
-Columns fit their contents; names, tags and paths share the width the other
-columns leave, so the whole row fits where it can, and are elided in the middle
+Columns fit their contents, and keep their widths while a live run's row changes
+(a status column as wide as its widest state, no shrinking while the same runs are
+shown; issue 30, finding 7: "Mode" and "d…o" as a run went on); names, tags and
+paths share the width the other columns leave, so the whole row fits where it can, and are elided in the middle
 when it is short (a path keeps its file name), with the whole text in their
 tooltips. The search bar takes the search language of core/runs/search.py and
 says how many runs it lets through.
@@ -22,6 +24,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
+    QStyle,
     QStyledItemDelegate,
     QStyleOptionViewItem,
     QTableView,
@@ -30,7 +33,7 @@ from PySide6.QtWidgets import (
 )
 
 from mgpu_gui.core.runs.search import RunQuery
-from mgpu_gui.gui.widgets.runs_table import PATH_COLUMNS, Column
+from mgpu_gui.gui.widgets.runs_table import PATH_COLUMNS, WIDEST_ROLE, Column
 
 # Names get at least this many average characters, tags, model and data paths fewer:
 # at 1280x720 all ten columns then fit the Runs tab (the elided rest is in the tooltips).
@@ -82,6 +85,31 @@ class _ElideRight(QStyledItemDelegate):
         option.textElideMode = Qt.TextElideMode.ElideRight
 
 
+class _SizedForWidest(QStyledItemDelegate):
+    """Measured on the widest text the cell may come to show (the model's WIDEST_ROLE),
+    painted with what it shows: "Running" is measured as "Early stopped", "3/60" as
+    "60/60"."""
+
+    def __init__(self, parent: QWidget | None = None):
+        super().__init__(parent)
+        self._sizing = False
+
+    def initStyleOption(self, option: QStyleOptionViewItem,  # noqa: N802 (Qt's name)
+                        index: QModelIndex | QPersistentModelIndex) -> None:
+        super().initStyleOption(option, index)
+        if self._sizing:
+            texts = index.data(WIDEST_ROLE) or [option.text]
+            option.text = max(texts, key=option.fontMetrics.horizontalAdvance)
+
+    def sizeHint(self, option: QStyleOptionViewItem,  # noqa: N802 (Qt's name)
+                 index: QModelIndex | QPersistentModelIndex):
+        self._sizing = True
+        try:
+            return super().sizeHint(option, index)
+        finally:
+            self._sizing = False
+
+
 class RunsTableView(QTableView):
     """Rows of runs, several selectable, sorted newest first until the user sorts."""
 
@@ -109,6 +137,10 @@ class RunsTableView(QTableView):
         header.setDefaultAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
         self.setContextMenuPolicy(Qt.ContextMenuPolicy.ActionsContextMenu)
         self.setItemDelegateForColumn(Column.TAGS, _ElideRight(self))
+        widest = _SizedForWidest(self)
+        for column in (Column.STATUS, Column.EPOCHS):
+            self.setItemDelegateForColumn(column, widest)
+        self._measured_rows: tuple[int, ...] = ()  # the run ids the widths were measured on
 
     def measure_columns(self, *, changed: bool) -> None:
         """What each column's contents need, when rows changed (measuring is the costly
@@ -116,8 +148,11 @@ class RunsTableView(QTableView):
         if not changed and self._wanted:
             return
         header = self.horizontalHeader()
-        self._wanted = {c: max(self.sizeHintForColumn(c), header.sectionSizeHint(c))
-                        for c in Column}
+        wanted = {c: max(self.sizeHintForColumn(c), header.sectionSizeHint(c)) for c in Column}
+        rows = tuple(r.id for r in self.model().sourceModel().records)
+        if rows == self._measured_rows:  # the same runs, a live one's row changed: no shrinking
+            wanted = {c: max(width, self._wanted.get(c, 0)) for c, width in wanted.items()}
+        self._wanted, self._measured_rows = wanted, rows
         self._fit_columns()
 
     def _fit_columns(self) -> None:
@@ -130,7 +165,12 @@ class RunsTableView(QTableView):
         if not wanted:
             return
         char = self.fontMetrics().averageCharWidth()
-        base = {c: min(wanted[c], char * FLOOR_CHARS[c]) for c in PATH_COLUMNS}
+        # A floor never cuts the column's title ("Mode" for Model); the room Qt keeps in
+        # every title for the sort arrow is left out: an unsorted column shows none.
+        margin = 2 * self.style().pixelMetric(QStyle.PixelMetric.PM_HeaderMargin, None, header)
+        base = {c: min(wanted[c], max(char * FLOOR_CHARS[c], margin + header.fontMetrics(
+            ).horizontalAdvance(str(self.model().headerData(c, Qt.Orientation.Horizontal)))))
+                for c in PATH_COLUMNS}
         room = self.viewport().width() - sum(base.values()) - sum(
             width for c, width in wanted.items() if c not in PATH_COLUMNS)
         more = sum(wanted[c] - base[c] for c in PATH_COLUMNS)
