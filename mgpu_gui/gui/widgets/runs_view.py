@@ -3,10 +3,10 @@
 Columns fit their contents, and keep their widths while a live run's row changes
 (a status column as wide as its widest state, no shrinking while the same runs are
 shown; issue 30, finding 7: "Mode" and "d…o" as a run went on); names, tags and
-paths share the width the other columns leave, so the whole row fits where it can, and are elided in the middle
-when it is short (a path keeps its file name), with the whole text in their
-tooltips. The search bar takes the search language of core/runs/search.py and
-says how many runs it lets through.
+paths share the width the other columns leave, so the whole row fits where it can,
+and are elided in the middle when it is short (a path keeps its file name), with
+the whole text in their tooltips. The search bar takes the search language of
+core/runs/search.py and says how many runs it lets through.
 """
 
 from __future__ import annotations
