@@ -178,6 +178,16 @@ def _isolated_logs(tmp_path_factory, monkeypatch):
 
 
 @pytest.fixture(autouse=True)
+def _no_network(monkeypatch):
+    """The same offline and online: where a built-in's ImageNet weights would be downloaded
+    from is unreachable in this process (tests/test_weights_check.py says otherwise
+    where it needs to)."""
+    from mgpu_gui.core.modelfiles import builtins
+
+    monkeypatch.setattr(builtins, "unreachable", lambda url, timeout=0: "no network in tests")
+
+
+@pytest.fixture(autouse=True)
 def _isolated_settings(request, tmp_path_factory):
     """QSettings of GUI tests go to a temporary folder, never the user's."""
     if "qtbot" not in request.fixturenames and "qapp" not in request.fixturenames:

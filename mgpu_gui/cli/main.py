@@ -36,8 +36,14 @@ from mgpu_gui.cli import (
     unwrap,
     worker,
 )
-from mgpu_gui.cli.common import EXIT_FAILED, EXIT_STOPPED, EXIT_USAGE, FLAGS
-from mgpu_gui.core.errors import ConfigError, UserError
+from mgpu_gui.cli.common import (
+    EXIT_FAILED,
+    EXIT_STOPPED,
+    EXIT_USAGE,
+    FLAGS,
+    scratch_command,
+)
+from mgpu_gui.core.errors import ConfigError, UserError, WeightsUnavailable
 from mgpu_gui.core.runs.storedb import STORE_ENV, default_store_path, unusable_store_message
 
 SUBCOMMANDS = (train, resume, runs, queue, sweep, models, devices, doctor, export, evaluate,
@@ -119,6 +125,8 @@ def _run_command(words: list[str]) -> int:
         return EXIT_USAGE
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
+        if isinstance(error, WeightsUnavailable):  # refused before the run (preflight)
+            print(f"To train from scratch instead: {scratch_command(words)}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return EXIT_STOPPED

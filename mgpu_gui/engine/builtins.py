@@ -32,7 +32,7 @@ from mgpu_gui.core.modelfiles.builtins import (
     Architecture,
     cached_weights,
     input_problem,
-    keras_cache_dir,
+    unavailable_message,
 )
 
 Log = Callable[[str], None]
@@ -98,7 +98,8 @@ def _backbone(arch: Architecture, make: Callable[..., keras.Model], preprocesses
             log(f"{arch.name}: {warning.message}")
     except Exception as error:
         if source == IMAGENET and cached_weights(arch) is None:
-            raise WeightsUnavailable(unavailable_message(arch, error)) from error
+            raise WeightsUnavailable(
+                unavailable_message(arch, _download_failure(error))) from error
         if source not in (None, IMAGENET):
             raise ModelError(f"could not load the weights file {source} into {arch.name}: "
                              f"{type(error).__name__}: {error}. Give the no-top weights of "
@@ -108,15 +109,10 @@ def _backbone(arch: Architecture, make: Callable[..., keras.Model], preprocesses
     return backbone
 
 
-def unavailable_message(arch: Architecture, error: BaseException) -> str:
-    """Why the ImageNet weights could not be had, where to put them, and what else to do."""
+def _download_failure(error: BaseException) -> str:
+    """Keras' reason for a failed download, without its URL."""
     text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    reason = text.split(" -- ", 1)[-1]  # Keras: "URL fetch failure on URL: code -- reason"
-    folder = arch.weights_url.rsplit("/", 1)[0] + "/"
-    return (f"The ImageNet weights of {arch.name} could not be downloaded ({reason}). "
-            f"Download {arch.weights_file} from {folder} and put it in {keras_cache_dir()}/ "
-            f"(or give its path as the pretrained weights), or train from scratch "
-            f"(pretrained weights: none).")
+    return text.split(" -- ", 1)[-1]  # Keras: "URL fetch failure on URL: code -- reason"
 
 
 def _weights_text(weights: str) -> str:

@@ -15,10 +15,12 @@ input size: every backbone ends in global pooling).
 from __future__ import annotations
 
 import os
+import socket
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
-from mgpu_gui.core.errors import ModelError
+from mgpu_gui.core.errors import ModelError, WeightsUnavailable
 
 IMAGENET, NO_WEIGHTS = "imagenet", "none"
 # Transfer learning freezes the nested model of this name: a built-in's Keras Applications
@@ -27,6 +29,9 @@ BACKBONE = "backbone"
 WEIGHTS_SUFFIXES = (".h5", ".hdf5", ".keras")
 MIN_SIZE = 32  # every backbone here refuses smaller inputs (Keras' obtain_input_shape)
 _KERAS_URL = "https://storage.googleapis.com/tensorflow/keras-applications/"
+# A connection to the weights' host within this is "reachable"; offline, a lookup fails
+# at once (0.6 s measured) and a dropped route takes this long.
+REACH_TIMEOUT_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -100,6 +105,38 @@ def cached_weights(arch: Architecture) -> Path | None:
         return None
     path = keras_cache_dir() / arch.weights_file
     return path if path.is_file() else None
+
+
+def unreachable(url: str, timeout: float = REACH_TIMEOUT_S) -> str | None:
+    """Why `url`'s host takes no connection (its lookup, its port), None when it does: no
+    download is tried, only whether Keras' download could begin."""
+    parts = urllib.parse.urlsplit(url)
+    try:
+        with socket.create_connection((parts.hostname, parts.port or 443), timeout=timeout):
+            return None
+    except OSError as error:
+        return f"{parts.hostname}: {error.strerror or error or type(error).__name__}"
+
+
+def check_weights_obtainable(arch: Architecture, pretrained: str | None) -> None:
+    """WeightsUnavailable before a run when its ImageNet weights are neither in Keras'
+    cache nor downloadable (issue 30, finding 4: the form said Ready and the run failed
+    24 s after Train, with no network)."""
+    if (pretrained or arch.default_pretrained) != IMAGENET or cached_weights(arch) is not None:
+        return
+    reason = unreachable(arch.weights_url)
+    if reason is not None:
+        raise WeightsUnavailable(unavailable_message(
+            arch, f"not in Keras' cache, and {reason}"))
+
+
+def unavailable_message(arch: Architecture, reason: str) -> str:
+    """Why the ImageNet weights cannot be had, where to put them, and what else to do."""
+    folder = arch.weights_url.rsplit("/", 1)[0] + "/"
+    return (f"The ImageNet weights of {arch.name} could not be downloaded ({reason}). "
+            f"Download {arch.weights_file} from {folder} and put it in {keras_cache_dir()}/ "
+            f"(or give its path as the pretrained weights), or train from scratch "
+            f"(pretrained weights: none).")
 
 
 def pretrained_problem(arch: Architecture, pretrained: str | None) -> str | None:

@@ -24,7 +24,13 @@ from mgpu_gui.core.errors import DataError, ModelError, OutputError, UserError
 from mgpu_gui.core.evaluation.heads import loss_key
 from mgpu_gui.core.events import DataChecked
 from mgpu_gui.core.modelfiles.builder import py_builder
-from mgpu_gui.core.modelfiles.builtins import BACKBONE, architecture, input_problem, no_backbone
+from mgpu_gui.core.modelfiles.builtins import (
+    BACKBONE,
+    architecture,
+    check_weights_obtainable,
+    input_problem,
+    no_backbone,
+)
 from mgpu_gui.core.modelfiles.info import ModelFileInfo, lambda_refused
 from mgpu_gui.core.runs import checkpoints
 
@@ -61,6 +67,7 @@ def check(config: RunConfig, replicas: int, reader: FileReader,
     data = check_data_for(config, model, reader)
     check_builtin_fits(config, data)
     check_batch_fits(config, replicas, data)
+    check_weights(config)
     if disk:
         check_output_disk(config, model)
     return model, data
@@ -157,6 +164,13 @@ def check_builtin_fits(config: RunConfig, data: DataInfo) -> None:
     problem = None if arch is None else input_problem(arch, data.x_shape)
     if problem is not None:
         raise DataError(problem)
+
+
+def check_weights(config: RunConfig) -> None:
+    """A built-in's ImageNet weights are in Keras' cache or can be downloaded."""
+    arch = architecture(config.model)
+    if arch is not None:
+        check_weights_obtainable(arch, config.pretrained)
 
 
 def check_batch_fits(config: RunConfig, replicas: int, data: DataInfo) -> None:

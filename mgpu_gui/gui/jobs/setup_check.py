@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import stat
+import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -22,10 +23,12 @@ from mgpu_gui.core.children.inspector import file_inspector
 from mgpu_gui.core.config import RunConfig, is_model_file
 from mgpu_gui.core.datasets.inspection import DataInfo, DataKind
 from mgpu_gui.core.errors import DataError, ModelError, UserError
+from mgpu_gui.core.modelfiles.builtins import keras_cache_dir
 from mgpu_gui.core.modelfiles.info import ModelFileInfo
 from mgpu_gui.core.runs import preflight
 
 GENERAL = ""  # problems that belong to no field of the form
+WEIGHTS_RECHECK_S = 30.0  # how long whether ImageNet weights can be downloaded is believed
 # Problems that make the model-vs-data and batch checks meaningless.
 BLOCKS_FIT = frozenset({"data", "image_size", "validation_split"})
 
@@ -69,6 +72,7 @@ class SetupChecker:
     def __init__(self) -> None:
         self._model = _LastRead[ModelFileInfo]()
         self._data = _LastRead[DataInfo]()
+        self._weights = _LastRead[dict[str, str]]()
 
     def check(self, config: RunConfig, replicas: int, known: Mapping[str, str]) -> SetupCheck:
         """`known`: problems the caller found already (their fields' files are not read).
@@ -82,6 +86,12 @@ class SetupChecker:
         model, data, file_problems = self._file_problems(config, replicas, problems)
         for field, message in file_problems.items():
             problems.setdefault(field, message)
+        if "pretrained" not in problems:  # again when the cache changes, or the network may
+            problems.update(self._weights.get(
+                (config.model, config.pretrained, file_stamp(str(keras_cache_dir())),
+                 time.monotonic() // WEIGHTS_RECHECK_S),
+                lambda: attempt("pretrained", lambda: preflight.check_weights(config)),
+                "the weights")[0] or {})
         if "output_dir" not in problems:  # writable, and room for the run's checkpoints
             problems.update(attempt("output_dir",
                                     lambda: preflight.check_output_disk(config, model)))
