@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from mgpu_gui.cli import main as cli
-from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.errors import WeightsUnavailable
 from mgpu_gui.core.modelfiles import builtins
 from mgpu_gui.core.modelfiles.builtins import ARCHITECTURES, check_weights_obtainable
