@@ -7,9 +7,9 @@ import threading
 
 from PySide6.QtGui import QKeySequence
 
+from mgpu_gui.core.children import supervisor
 from mgpu_gui.core.devices.nvml import GpuInventory, NvmlState
 from mgpu_gui.core.errors import UserError
-from mgpu_gui.gui.jobs import run_start
 from mgpu_gui.gui.jobs.telemetry_source import TelemetrySource
 from mgpu_gui.gui.main_window import MainWindow
 
@@ -42,7 +42,7 @@ def test_train_prepares_off_the_gui_thread_and_cannot_be_clicked_twice(qtbot, mo
         release.wait(10)  # NVML waking a GPU, a slow disk: the window must not wait
         raise UserError("The data folder is empty.")
 
-    monkeypatch.setattr(run_start, "prepare_run", blocked)
+    monkeypatch.setattr(supervisor, "prepare_run", blocked)
     window = MainWindow(telemetry=TelemetrySource(inventory=NO_GPU))
     qtbot.addWidget(window)
     window.show()

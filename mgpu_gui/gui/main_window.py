@@ -27,6 +27,7 @@ toolbar in window_actions.py. The window follows the system's light or dark sche
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QByteArray, QEvent, QObject, QSettings, QSize, Qt
 from PySide6.QtGui import QCloseEvent
@@ -39,7 +40,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from mgpu_gui.core.children.supervisor import PreparedRun, RunOutcome
 from mgpu_gui.core.devices.nvml import GpuInventory, NvmlState
 from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.events import ClusterFormed, EpochEnd, Event, RunFailed, RunStarted, RunStatus
@@ -75,6 +75,9 @@ from mgpu_gui.gui.widgets.plots_first import PlotsFirstSplitter
 from mgpu_gui.gui.widgets.resume_offer import ResumeOffer, StoreReconciler
 from mgpu_gui.gui.widgets.screen_fit import fit_to_screen, room_on_screen
 from mgpu_gui.gui.window_actions import WindowActions
+
+if TYPE_CHECKING:  # the supervisor (and what it imports) loads at the first Train
+    from mgpu_gui.core.children.supervisor import PreparedRun, RunOutcome
 
 # Everything stays usable down to MIN_SIZE; both sizes shrink to fit a smaller screen
 # (1280x720 at 125 % scaling is 1024x576 in Qt's units).

@@ -6,7 +6,8 @@ record of a run it followed (a queued run, one from a terminal); both read the s
 
 from __future__ import annotations
 
-from mgpu_gui.core.children.supervisor import RunOutcome
+from typing import TYPE_CHECKING
+
 from mgpu_gui.core.events import EpochEnd, RunFinished, RunStarted, RunStatus
 from mgpu_gui.core.eventtext import NOTHING_TO_RESUME, best_text
 from mgpu_gui.core.runs.folder import RunDir, folder_label
@@ -14,6 +15,9 @@ from mgpu_gui.core.runs.queue import QueuedJob, config_summary
 from mgpu_gui.core.runs.store import RunRecord
 from mgpu_gui.gui.widgets.notifier import Notice, NoticeKind
 from mgpu_gui.gui.widgets.runs_table import short_name
+
+if TYPE_CHECKING:
+    from mgpu_gui.core.children.supervisor import RunOutcome
 
 
 def run_end_notice(name: str, status: str, done: int | None, epochs: int | None,

@@ -18,7 +18,6 @@ from PySide6.QtCore import QSettings
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QDialog
 
-from mgpu_gui.core.children.supervisor import RunOutcome
 from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig
 from mgpu_gui.core.devices.nvml import GpuInventory
 from mgpu_gui.core.events import RunStarted, RunStatus
@@ -26,6 +25,7 @@ from mgpu_gui.gui.widgets.focus import return_focus_on_close
 
 # Each dialog's module loads when it first opens: the first window paints sooner.
 if TYPE_CHECKING:
+    from mgpu_gui.core.children.supervisor import RunOutcome
     from mgpu_gui.gui.dialogs.about import AboutDialog
     from mgpu_gui.gui.dialogs.batch_finder import BatchFinderDialog
     from mgpu_gui.gui.dialogs.cluster import ClusterDialog

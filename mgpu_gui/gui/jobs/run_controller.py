@@ -17,10 +17,10 @@ from __future__ import annotations
 import contextlib
 from enum import StrEnum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 
-from mgpu_gui.core.children.supervisor import PreparedRun, RunOutcome, WorkerProcess
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.events import RunStatus
@@ -29,6 +29,9 @@ from mgpu_gui.core.runs.folder import RunDir
 from mgpu_gui.core.runs.store import RunState as StoreState
 from mgpu_gui.core.runs.store import RunStore
 from mgpu_gui.gui.jobs.run_start import RunPreparer, StartKind, StartRequest
+
+if TYPE_CHECKING:  # the supervisor loads with the first run: the window paints sooner
+    from mgpu_gui.core.children.supervisor import PreparedRun, RunOutcome, WorkerProcess
 
 STOP_TIMEOUT_MS = 30_000  # a graceful stop ends at the next batch; after this, kill
 # Training is background work: on a saturated CPU (CPU replicas, heavy input pipelines)
@@ -141,6 +144,8 @@ class RunController(QObject):
 
     @Slot(object)
     def _launch(self, run: PreparedRun) -> None:
+        from mgpu_gui.core.children.supervisor import RunOutcome, WorkerProcess
+
         try:
             worker = WorkerProcess(run, on_output=self.output.emit,  # emitted from a pump thread
                                    nice=WORKER_NICE, store=self.store)
@@ -173,6 +178,8 @@ class RunController(QObject):
 
     @Slot()
     def _cancelled(self) -> None:
+        from mgpu_gui.core.children.supervisor import RunOutcome
+
         self._set_state(RunState.IDLE)
         self.finished.emit(RunOutcome(RunStatus.STOPPED, "Stopped before it started."))
 

@@ -15,10 +15,10 @@ import shutil
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
-from mgpu_gui.core.children.supervisor import PreparedRun, prepare_resume, prepare_run
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.devices.nvml import query_inventory
 from mgpu_gui.core.errors import UserError
@@ -29,6 +29,9 @@ from mgpu_gui.core.runs.cluster import (
     write_cluster,
 )
 from mgpu_gui.core.runs.store import RunStore
+
+if TYPE_CHECKING:  # the supervisor loads in the preparing thread, at the first Train
+    from mgpu_gui.core.children.supervisor import PreparedRun
 
 
 class StartKind(StrEnum):
@@ -54,6 +57,8 @@ class StartRequest:
 
 def prepare(request: StartRequest, store: RunStore | None) -> PreparedRun:
     """Everything before the worker starts; blocking (NVML, files): never on the GUI thread."""
+    from mgpu_gui.core.children.supervisor import prepare_resume, prepare_run
+
     if request.kind is StartKind.RESUME:
         assert request.run_folder is not None
         return prepare_resume(request.run_folder, store=store, allow_busy=request.allow_busy)
