@@ -212,12 +212,12 @@ def _isolated_settings(request, tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def _window_runs_at_the_suites_priority(request, monkeypatch):
-    """A window's run works at nice +10 so that the window keeps a core (run_controller.py);
-    in the suite, whose own workers keep every core busy, that gave it a tenth of one: a
-    window test took 186 s instead of 25 s alone and finished last. Here it competes as
-    the tests' other children do."""
+    """A window's run on CPU replicas works at nice +10 so that the window keeps a core
+    (run_controller.py); in the suite, whose own workers keep every core busy, that gave
+    it a tenth of one: a window test took 186 s instead of 25 s alone and finished last.
+    Here it competes as the tests' other children do."""
     if "qtbot" in request.fixturenames:
-        monkeypatch.setattr("mgpu_gui.gui.jobs.run_controller.WORKER_NICE", 0)
+        monkeypatch.setattr("mgpu_gui.gui.jobs.run_controller.CPU_RUN_NICE", 0)
     yield
 
 

@@ -266,6 +266,7 @@ class MainWindow(WindowActions, ToolDialogs, SweepActions, RunHistory, ExportAct
             self.progress.starting()
             self.log.append_message(f"Starting a run in {run.run_dir.path}")
         self.gpu_panel.set_own_pids({self.controller.worker_pid} - {None})
+        self.progress.follow_cpu(self.controller.worker_pid)
         self._watch_telemetry(run.run_id)
         self.last_run = run.run_dir
         self.statusBar().showMessage(run.plan.note or ", ".join(run.plan.names))

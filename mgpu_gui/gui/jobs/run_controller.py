@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QThread, QTimer, Signal, Slot
 
-from mgpu_gui.core.config import RunConfig
+from mgpu_gui.core.config import DeviceKind, RunConfig
 from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.events import RunStatus
 from mgpu_gui.core.runs.cluster import ClusterSpec
@@ -34,9 +34,14 @@ if TYPE_CHECKING:  # the supervisor loads with the first run: the window paints 
     from mgpu_gui.core.children.supervisor import PreparedRun, RunOutcome, WorkerProcess
 
 STOP_TIMEOUT_MS = 30_000  # a graceful stop ends at the next batch; after this, kill
-# Training is background work: on a saturated CPU (CPU replicas, heavy input pipelines)
-# the window must still get a core at once. Measured on 2 cores: see gui_responsiveness.py.
-WORKER_NICE = 10
+# A run on CPU replicas saturates every core by design: at nice +10 the window still gets
+# a core at once (measured on 2 cores: tests/benchmarks/gui_responsiveness.py). A GPU
+# run's CPU work (its first step's build, its input pipeline, its kernel launches) feeds
+# the GPUs and leaves cores free for the window: lowered, any other job on the machine
+# starved it (a first step at 15-19 % of a core for minutes, issue 30), so it keeps the
+# window's priority. Either way the progress area says when other processes leave a run
+# little CPU (core/devices/cpu_share.py).
+CPU_RUN_NICE = 10
 
 
 class RunState(StrEnum):
@@ -147,8 +152,9 @@ class RunController(QObject):
         from mgpu_gui.core.children.supervisor import RunOutcome, WorkerProcess
 
         try:
+            nice = CPU_RUN_NICE if run.plan.kind is DeviceKind.CPU else 0
             worker = WorkerProcess(run, on_output=self.output.emit,  # emitted from a pump thread
-                                   nice=WORKER_NICE, store=self.store)
+                                   nice=nice, store=self.store)
             worker.start()
         except Exception as error:  # said as the run's failure
             run.release()  # the run never started: it must not look live

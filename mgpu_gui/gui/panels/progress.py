@@ -4,8 +4,9 @@ Fractions and ETAs come from `core.progress.Progress`, the same as the CLI's lin
 ETAs are computed at each event's own time, so they need no timer and a loaded
 run shows what it showed live. From Train to the first batch (minutes for a big model
 on a busy machine) the status line names what the worker does and for how long, counted
-by a one-second timer, so the run never looks dead. A past run shown from the Runs tab has no live
-events: `show_past` shows how far it got and how it ended, from its record.
+by a one-second timer, so the run never looks dead; while other processes leave the
+worker little CPU, the line under it says so. A past run shown from the Runs tab has no
+live events: `show_past` shows how far it got and how it ended, from its record.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import time
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QGridLayout, QLabel, QProgressBar, QSizePolicy, QWidget
 
+from mgpu_gui.core.devices.cpu_share import CpuShareSampler
 from mgpu_gui.core.events import (
     BatchEnd,
     Diagnosed,
@@ -30,6 +32,7 @@ from mgpu_gui.core.events import (
 from mgpu_gui.core.progress import Progress, format_duration, format_rate
 
 BAR_MAX = 1000
+CPU_SAMPLE_MS = 2000  # the worker's CPU share over this long: seconds-long stalls show
 _GPU_NAME = re.compile(r"^GPU \d+(?: MIG \d+)?")
 _GPU_DEVICE = re.compile(r"GPU:(\d+)$")
 
@@ -138,6 +141,12 @@ class ProgressPanel(QWidget):
         self._ticker.setInterval(1000)
         self._ticker.timeout.connect(self._tick)
         self._step, self._step_since, self._prefix = "", 0.0, ""
+        # The worker's CPU share, from its launch to its end (core/devices/cpu_share.py).
+        self._cpu: CpuShareSampler | None = None
+        self._cpu_timer = QTimer(self)
+        self._cpu_timer.setInterval(CPU_SAMPLE_MS)
+        self._cpu_timer.timeout.connect(self._sample_cpu)
+        self._verdict = ""  # the diagnosis's, shown again once the CPU is free
         self.reset()
 
     @staticmethod
@@ -158,6 +167,7 @@ class ProgressPanel(QWidget):
         self.epoch_eta_label.setText("")
         self.total_eta_label.setText("")
         self.status_label.setText("No run")
+        self._verdict = ""
         self.diagnosis_label.set_verdict("")
 
     def show_past(self, epochs_done: int, epochs: int, state: str, note: str) -> None:
@@ -190,9 +200,27 @@ class ProgressPanel(QWidget):
                 f"{format_duration(time.monotonic() - self._step_since)}")
         self.status_label.setText(f"{self._prefix}: {text}" if self._prefix else text)
 
+    def follow_cpu(self, pid: int | None) -> None:
+        """Say when the worker `pid` gets little CPU because other processes take it (its
+        first step's build on a busy machine looked dead for minutes: issue 30)."""
+        self._cpu = None if pid is None else CpuShareSampler(pid)
+        if self._cpu is not None:
+            self._cpu.sample()
+            self._cpu_timer.start()
+
+    def _sample_cpu(self) -> None:
+        share = self._cpu.sample() if self._cpu is not None else None
+        if share is not None and share.contended:
+            self.diagnosis_label.set_verdict(share.text())
+        elif share is not None:
+            self.diagnosis_label.set_verdict(self._verdict)
+
     def run_ended(self) -> None:
         """The worker is gone, whatever it said: no step goes on being counted."""
         self._end_steps()
+        self._cpu_timer.stop()
+        self._cpu = None
+        self.diagnosis_label.set_verdict(self._verdict)
 
     def _end_steps(self) -> None:
         self._ticker.stop()
@@ -212,7 +240,8 @@ class ProgressPanel(QWidget):
             self.progress.update(event)
             self._show(now=event.t)
         elif isinstance(event, Diagnosed):
-            self.diagnosis_label.set_verdict(event.text)  # the same words as the terminal
+            self._verdict = event.text  # the same words as the terminal
+            self.diagnosis_label.set_verdict(event.text)
         elif isinstance(event, RunFinished):
             self._on_finished(event)
         elif isinstance(event, RunFailed):
