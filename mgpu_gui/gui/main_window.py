@@ -55,7 +55,7 @@ from mgpu_gui.gui.jobs.run_start import StartKind, StartRequest
 from mgpu_gui.gui.jobs.telemetry_reader import TelemetryReader
 from mgpu_gui.gui.jobs.telemetry_source import TelemetrySource
 from mgpu_gui.gui.panels.cluster import ClusterPanel
-from mgpu_gui.gui.panels.curves import CurvesPanel
+from mgpu_gui.gui.panels.curves_slot import CurvesSlot
 from mgpu_gui.gui.panels.gpus import GpuPanel
 from mgpu_gui.gui.panels.log import LogPanel
 from mgpu_gui.gui.panels.progress import ProgressPanel, status_text
@@ -78,6 +78,7 @@ from mgpu_gui.gui.window_actions import WindowActions
 
 if TYPE_CHECKING:  # the supervisor (and what it imports) loads at the first Train
     from mgpu_gui.core.children.supervisor import PreparedRun, RunOutcome
+    from mgpu_gui.gui.panels.curves import CurvesPanel
 
 # Everything stays usable down to MIN_SIZE; both sizes shrink to fit a smaller screen
 # (1280x720 at 125 % scaling is 1024x576 in Qt's units).
@@ -110,7 +111,7 @@ class MainWindow(WindowActions, ToolDialogs, SweepActions, RunHistory, ExportAct
         self.gpu_panel = GpuPanel(self.telemetry.inventory)
         self.run_setup = RunSetupPanel()
         self.banner = ErrorBanner()
-        self.curves = CurvesPanel()
+        self.curves_slot = CurvesSlot()  # the plots: built after the first paint
         self.progress = ProgressPanel()
         self.log = LogPanel()
         self.runs_panel = RunsPanel(self.store, unavailable=self.store_problem)
@@ -129,7 +130,7 @@ class MainWindow(WindowActions, ToolDialogs, SweepActions, RunHistory, ExportAct
                            if self.store is not None else None)
         self._build_actions()
         self._build_layout()
-        self.notifier = Notifier(self, self.curves)  # exports, queued starts, run ends
+        self.notifier = Notifier(self, self.curves_slot)  # exports, queued starts, run ends
         self._connect()
         self._restore_settings()
         self._devices_to_setup()
@@ -161,8 +162,8 @@ class MainWindow(WindowActions, ToolDialogs, SweepActions, RunHistory, ExportAct
         right_layout.setContentsMargins(0, 0, 0, 0)
         right_layout.addWidget(self.banner)
         right_layout.addWidget(self.resume_offer)
-        self.lower_splitter = PlotsFirstSplitter(self.curves, self.progress, self.log,
-                                                 self.curves.readable_height)
+        self.lower_splitter = PlotsFirstSplitter(self.curves_slot, self.progress, self.log,
+                                                 self.curves_slot.readable_height)
         right_layout.addWidget(self.lower_splitter)
 
         self.splitter = QSplitter(Qt.Orientation.Horizontal)
@@ -201,7 +202,8 @@ class MainWindow(WindowActions, ToolDialogs, SweepActions, RunHistory, ExportAct
         self.runs_panel.refreshed.connect(self._check_stale_runs)
         self.resume_offer.resume_requested.connect(self.resume_run)
         if self.run_telemetry is not None:
-            self.run_telemetry.telemetry.connect(self.curves.show_telemetry)
+            self.run_telemetry.telemetry.connect(
+                lambda telemetry, replace: self.curves.show_telemetry(telemetry, replace))
         if self.follower is not None:
             self.follower.events.connect(self._followed_events)
             self.follower.updated.connect(self._show_run_note)
@@ -210,6 +212,11 @@ class MainWindow(WindowActions, ToolDialogs, SweepActions, RunHistory, ExportAct
         if self.reconciler is not None:
             self.reconciler.done.connect(self._interrupted_found)
             self.reconciler.failed.connect(self.log.append_message)
+
+    @property
+    def curves(self) -> CurvesPanel:
+        """The training curves, built now if the first paint has not been followed yet."""
+        return self.curves_slot.panel()
 
     # -- running -------------------------------------------------------------
     def start_training(self) -> None:
@@ -429,7 +436,8 @@ class MainWindow(WindowActions, ToolDialogs, SweepActions, RunHistory, ExportAct
         self._save_settings()
         self.telemetry.stop()
         self._stop_following()
-        self.curves.shutdown()
+        if self.curves_slot.is_built():
+            self.curves.shutdown()
         self.notifier.shutdown()
         self.run_setup.shutdown()
         self.exporter.cancel()

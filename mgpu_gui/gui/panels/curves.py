@@ -15,14 +15,10 @@ from pathlib import Path
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, Qt, QTimer
+from PySide6.QtCore import QEvent, QTimer
 from PySide6.QtWidgets import (
-    QCheckBox,
-    QComboBox,
     QGridLayout,
     QHBoxLayout,
-    QLabel,
-    QSlider,
     QVBoxLayout,
     QWidget,
 )
@@ -31,7 +27,7 @@ from mgpu_gui.core.events import BatchEnd, EpochEnd, Event, RunFailed, RunFinish
 from mgpu_gui.core.runs.telemetry_store import RunTelemetry
 from mgpu_gui.core.series import SeriesStore, XAxis, family_of
 from mgpu_gui.gui.theme import PlotColors, changed_plot_colors, plot_colors
-from mgpu_gui.gui.widgets.curve_key import CurveKey
+from mgpu_gui.gui.widgets.curve_controls import SMOOTHING, CurveControls
 from mgpu_gui.gui.widgets.family_plot import FamilyPlot, color_stage, show_stage, stage_marker
 from mgpu_gui.gui.widgets.plot_export import install_export
 from mgpu_gui.gui.widgets.plots import (
@@ -51,11 +47,8 @@ from mgpu_gui.gui.widgets.telemetry_plot import TelemetryPlot
 # 2 cores, measured), never all four at once (30-80 ms, a visible stall); every plot still
 # catches up within 4 ticks of new data.
 REFRESH_MS = 25
-SMOOTHING = 0.6
 WALL_PLOT_MIN_WIDTH = 140
 TITLE_ROOM_PX = 190  # a plot row shorter than this shows no title row
-READABLE_DATA_PX = 120  # of data height per plot: less, and the tabs start folded
-AXIS_ROW_PX = 44  # a plot's x axis (ticks and title) and the grid's spacing
 X_LABELS = {XAxis.EPOCH: "epoch", XAxis.STEP: "step (batches)", XAxis.WALL: "time (min)"}
 
 
@@ -70,7 +63,10 @@ def _title(family: str) -> str:
 class CurvesPanel(QWidget):
     """Training curves of one run; feed it with `handle_event` or `load_events`."""
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, *,
+                 controls: CurveControls | None = None) -> None:
+        """`controls`: the row above the plots, made already (the window shows it before
+        the plots are built: widgets/curves_slot.py)."""
         super().__init__(parent)
         self.setAccessibleName("Training curves")
         self._timer = QTimer(self)
@@ -82,7 +78,11 @@ class CurvesPanel(QWidget):
         self._log_y = False
         self._x_axis = XAxis.EPOCH
         self._rows = 2  # rows of plots (_relayout)
-        self._build_controls()
+        self._controls = controls or CurveControls(self._colors)
+        self._key = self._controls.key
+        self._controls.smoothing_changed.connect(self._on_smoothing)
+        self._controls.log_y_changed.connect(self._on_log_y)
+        self._controls.x_axis_changed.connect(self._on_x_axis)
         self._grid = QGridLayout()
         self._grid.setSpacing(4)
         self._build_fixed_plots()
@@ -90,7 +90,7 @@ class CurvesPanel(QWidget):
         self._spares = [self._make_shell("Loss"), self._make_shell("Accuracy")]
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addLayout(self._controls)
+        layout.addWidget(self._controls)
         layout.addLayout(self._grid, 1)
         self._plots: dict[str, FamilyPlot] = {}
         self._families: list[str] = []
@@ -191,13 +191,13 @@ class CurvesPanel(QWidget):
         return list(self._families)
 
     def set_smoothing(self, weight: float) -> None:
-        self._smoothing_slider.setValue(round(weight * 100))
+        self._controls.set_smoothing(weight)
 
     def set_log_y(self, on: bool) -> None:
-        self._log_check.setChecked(on)
+        self._controls.set_log_y(on)
 
     def set_x_axis(self, mode: XAxis | str) -> None:
-        self._x_combo.setCurrentIndex(list(XAxis).index(XAxis(mode)))
+        self._controls.set_x_axis(mode)
 
     def plot_widgets(self) -> list[pg.PlotWidget]:
         """Every plot, shown or spare (their colours follow the palette)."""
@@ -230,40 +230,6 @@ class CurvesPanel(QWidget):
         self._rate_curve.setPen(pg.mkPen(colors.rate, width=1.5))
 
     # -- building ------------------------------------------------------------------
-
-    def _build_controls(self) -> None:
-        self._controls = row = QHBoxLayout()
-        row.setContentsMargins(0, 0, 6, 0)  # the right-aligned key keeps off the window's edge
-        row.addWidget(QLabel("Smoothing"))
-        self._smoothing_slider = slider = QSlider(Qt.Orientation.Horizontal)
-        slider.setRange(0, 99)
-        slider.setValue(round(SMOOTHING * 100))
-        slider.setMaximumWidth(160)
-        # In characters, not pixels: stays usable when the row is crowded, at any font size.
-        slider.setMinimumWidth(slider.fontMetrics().horizontalAdvance("0") * 8)
-        slider.setAccessibleName("Smoothing")
-        slider.setToolTip("Exponential moving average of the per-batch train curve; "
-                          "the raw curve stays visible, faint")
-        slider.valueChanged.connect(self._on_smoothing)
-        row.addWidget(slider)
-        self._smoothing_label = QLabel(f"{SMOOTHING:.2f}")
-        self._smoothing_label.setMinimumWidth(32)
-        row.addWidget(self._smoothing_label)
-        row.addSpacing(12)
-        self._log_check = QCheckBox("Log scale")
-        self._log_check.setToolTip("Logarithmic y axis on the metric plots; values <= 0 "
-                                   "are left out")
-        self._log_check.toggled.connect(self._on_log_y)
-        row.addWidget(self._log_check)
-        row.addSpacing(12)
-        row.addWidget(QLabel("X axis"))
-        self._x_combo = QComboBox()
-        self._x_combo.addItems(["Epoch", "Step", "Wall time"])
-        self._x_combo.setAccessibleName("X axis")
-        self._x_combo.currentIndexChanged.connect(self._on_x_axis)
-        row.addWidget(self._x_combo)
-        self._key = CurveKey(self._colors)
-        row.addWidget(self._key, 1)
 
     def _build_fixed_plots(self) -> None:
         colors = self._colors
@@ -328,8 +294,7 @@ class CurvesPanel(QWidget):
     def readable_height(self) -> int:
         """The height under which a plot would show less than READABLE_DATA_PX of data
         (titles folded, rows equal)."""
-        return self._controls.sizeHint().height() + self._rows * (READABLE_DATA_PX
-                                                                   + AXIS_ROW_PX)
+        return self._controls.readable_height(self._rows)
 
     def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
         super().resizeEvent(event)
@@ -457,9 +422,8 @@ class CurvesPanel(QWidget):
 
     # -- controls ------------------------------------------------------------------
 
-    def _on_smoothing(self, value: int) -> None:
-        self._store.set_smoothing(value / 100)
-        self._smoothing_label.setText(f"{value / 100:.2f}")
+    def _on_smoothing(self, weight: float) -> None:
+        self._store.set_smoothing(weight)
         self._refresh()
 
     def _on_log_y(self, on: bool) -> None:
@@ -468,8 +432,8 @@ class CurvesPanel(QWidget):
             plot.widget.getPlotItem().setLogMode(y=on)
         self._redraw_all()
 
-    def _on_x_axis(self, index: int) -> None:
-        self._x_axis = list(XAxis)[index]
+    def _on_x_axis(self, mode: XAxis) -> None:
+        self._x_axis = mode
         for plot in [*self._plots.values()]:
             plot.widget.setLabel("bottom", X_LABELS[self._x_axis], color=self._colors.text)
         self._lr_plot.setLabel("bottom", X_LABELS[self._x_axis], color=self._colors.text)

@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import (
     QItemSelection,
@@ -51,10 +52,6 @@ from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.runs.lock import is_live
 from mgpu_gui.core.runs.search import RunQuery
 from mgpu_gui.core.runs.store import RunRecord, RunState, RunStore
-from mgpu_gui.gui.dialogs.evaluation import EvaluationDialog, Subject
-from mgpu_gui.gui.dialogs.run_compare import RunCompareDialog
-from mgpu_gui.gui.dialogs.run_notes import RunNotesDialog, known_tags
-from mgpu_gui.gui.jobs.compare_reader import CompareRequest
 from mgpu_gui.gui.jobs.runs_reader import RunsReader
 from mgpu_gui.gui.panels.runs_csv import CSV_TIP, RunsCsvExport
 from mgpu_gui.gui.panels.runs_prune import PRUNE_TIP, RunsPruner
@@ -68,6 +65,11 @@ from mgpu_gui.gui.widgets.runs_table import (
     short_name,
 )
 from mgpu_gui.gui.widgets.runs_view import RunsSearchBar, RunsTableView
+
+if TYPE_CHECKING:  # each dialog (the plots' pyqtgraph) loads when it first opens
+    from mgpu_gui.gui.dialogs.evaluation import EvaluationDialog
+    from mgpu_gui.gui.dialogs.run_compare import RunCompareDialog
+    from mgpu_gui.gui.dialogs.run_notes import RunNotesDialog
 
 REFRESH_MS = 5_000  # while visible: runs started elsewhere (the CLI) appear
 DELETE_JOIN_S = 10.0  # on shutdown, how long unfinished folder deletions may hold the exit
@@ -293,6 +295,9 @@ class RunsPanel(QWidget):
         selected = self.selected_records()
         if len(selected) < 2 or self.store is None:
             return None
+        from mgpu_gui.gui.dialogs.run_compare import RunCompareDialog
+        from mgpu_gui.gui.jobs.compare_reader import CompareRequest
+
         names = [short_name(r) for r in selected]
         labels = [name if names.count(name) == 1 else f"{name} (run {r.id})"
                   for name, r in zip(names, selected, strict=True)]
@@ -313,6 +318,8 @@ class RunsPanel(QWidget):
         """The run's Evaluation view: its kept evaluation, else a fresh one."""
         if self.store is None:
             return None
+        from mgpu_gui.gui.dialogs.evaluation import EvaluationDialog, Subject
+
         dialog = EvaluationDialog(Subject.of_run(record), self.store, self)
         self._keep(dialog)
         dialog.show()
@@ -323,6 +330,8 @@ class RunsPanel(QWidget):
         selected = self.selected_records()
         if len(selected) != 1 or self.store is None:
             return None
+        from mgpu_gui.gui.dialogs.run_notes import RunNotesDialog, known_tags
+
         dialog = RunNotesDialog(selected[0], known_tags(self.model.records), self)
         dialog.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
         dialog.accepted.connect(lambda: self._save_notes(dialog))

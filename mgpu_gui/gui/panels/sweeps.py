@@ -26,7 +26,6 @@ from PySide6.QtWidgets import (
 from mgpu_gui.core.runs.store import RunStore
 from mgpu_gui.core.sweeps.results import TrialStatus
 from mgpu_gui.core.sweeps.store import CancelledSweep, cancel_sweep
-from mgpu_gui.gui.dialogs.sweep_view import cancelled_text, confirm_cancel
 from mgpu_gui.gui.jobs.child_job import ChildJobRunner
 from mgpu_gui.gui.jobs.sweep_jobs import Refused, StoreJob, SweepSummary, sweep_summaries
 from mgpu_gui.gui.widgets.action_column import lay_out_panel
@@ -114,6 +113,8 @@ class SweepsPanel(QWidget):
             self.open_requested.emit(summary.record.id, summary.record.name)
 
     def cancel_selected(self) -> None:
+        from mgpu_gui.gui.dialogs.sweep_view import confirm_cancel
+
         summary = self.selected()
         if (summary is None or self.store is None or self.writer.is_running()
                 or not confirm_cancel(self, summary.record)):
@@ -122,6 +123,8 @@ class SweepsPanel(QWidget):
                                    (i, cancel_sweep(store, i))))
 
     def _cancelled(self, outcome: tuple[int, CancelledSweep] | Refused) -> None:
+        from mgpu_gui.gui.dialogs.sweep_view import cancelled_text
+
         self.message.emit(outcome.message if isinstance(outcome, Refused)
                           else cancelled_text(*outcome))
         self.refresh()
