@@ -23,6 +23,7 @@ import keras
 
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.datasets import batching, content
+from mgpu_gui.core.datasets.content_request import ContentRequest
 from mgpu_gui.core.datasets.inspection import DataKind, LabelKind
 from mgpu_gui.core.devices.plan import DevicePlan
 from mgpu_gui.core.errors import ExportError, ModelError
@@ -337,7 +338,7 @@ def _check_labels_for_loss(config: RunConfig, model: keras.Model) -> None:
     could not tell a `.py` builder's classifier (its loss is set when it runs)."""
     loss = describe_loss(getattr(model, "loss", None))
     if config.loss is None and Path(config.model).suffix == ".py" and loss_is_classifier(loss):
-        content.check_built_labels(content.ContentRequest(
+        content.check_built_labels(ContentRequest(
             data_sources(config), classifier=True,
             why=f"{Path(config.model).name} (loss {loss})"))
 

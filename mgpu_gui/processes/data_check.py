@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import sys
 
-from mgpu_gui.core.datasets.content import ContentRequest, check_content
+from mgpu_gui.core.datasets.content import check_content
+from mgpu_gui.core.datasets.content_request import ContentRequest
 from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.events import DataCheckFailed, DataCheckProgress, Event
 from mgpu_gui.processes.capped import beyond_the_cap, serve

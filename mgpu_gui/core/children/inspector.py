@@ -27,12 +27,13 @@ import time
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from mgpu_gui.core.children.launch import Child, module_command
 from mgpu_gui.core.children.runner import died_text
 from mgpu_gui.core.config import DEMO
 from mgpu_gui.core.datasets import inspection as data_inspection
+from mgpu_gui.core.datasets.content_request import ContentRequest
 from mgpu_gui.core.datasets.inspection import DataInfo
 from mgpu_gui.core.errors import DataError, ModelError, UserError
 from mgpu_gui.core.events import (
@@ -45,9 +46,6 @@ from mgpu_gui.core.events import (
 from mgpu_gui.core.inspect_request import InspectKind, InspectRequest
 from mgpu_gui.core.modelfiles.info import ModelFileInfo
 from mgpu_gui.core.plain import from_plain
-
-if TYPE_CHECKING:  # the content check (NumPy, Pillow) loads when a run is checked
-    from mgpu_gui.core.datasets.content import ContentRequest
 
 DEADLINE_S = 2.0
 # A cold start imports numpy and h5py: ~0.2 s idle, seconds on a busy machine.

@@ -16,13 +16,13 @@ import os
 import time
 import zipfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from mgpu_gui.core.config import DEMO
 from mgpu_gui.core.datasets import images
+from mgpu_gui.core.datasets.content_request import ContentRequest
 from mgpu_gui.core.datasets.inspection import (
     LabelKind,
     describe_labels,
@@ -39,25 +39,6 @@ FIRST_SHOWN = 5  # sample indices named in a message
 PROGRESS_EVERY_S = 0.25
 
 Progress = Callable[[str, int, int], None]  # what, done, total
-
-
-@dataclass(frozen=True)
-class ContentRequest:
-    """What to check. `classifier`: whether the run trains a classifier (None: not known
-    yet, e.g. a `.py` builder's own loss: the worker checks the labels once it is built);
-    `why` says what makes it one, for the message."""
-
-    sources: tuple[str, ...]  # the training data, then any validation data
-    classifier: bool | None = True
-    why: str = ""
-    # A run learns from the data: a classifier needs 2 classes. An evaluation judges a
-    # model on data of one class too (a test set of cats).
-    learns: bool = True
-
-    @property
-    def reads_files(self) -> bool:
-        """False for the demo alone: the app's own data needs no check."""
-        return any(source != DEMO for source in self.sources)
 
 
 def check_content(request: ContentRequest, progress: Progress | None = None) -> DataChecked:

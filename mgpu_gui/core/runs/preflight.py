@@ -18,7 +18,7 @@ from typing import Protocol
 
 from mgpu_gui.core.config import DEMO, RunConfig, is_model_file
 from mgpu_gui.core.datasets import fit_check
-from mgpu_gui.core.datasets.content import ContentRequest
+from mgpu_gui.core.datasets.content_request import ContentRequest
 from mgpu_gui.core.datasets.inspection import DataInfo, DataKind, LabelKind
 from mgpu_gui.core.errors import DataError, ModelError, OutputError, UserError
 from mgpu_gui.core.evaluation.heads import loss_key

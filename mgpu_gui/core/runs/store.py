@@ -15,10 +15,10 @@ import time
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.errors import UserError
-from mgpu_gui.core.evaluation.result import EvaluationResult, Split
 from mgpu_gui.core.events import (
     BatchEnd,
     EpochEnd,
@@ -33,6 +33,9 @@ from mgpu_gui.core.runs.folder import RunDir
 from mgpu_gui.core.runs.lock import is_live
 from mgpu_gui.core.runs.storedb import StoreDatabase, retry
 from mgpu_gui.core.runs.tags import check_tags
+
+if TYPE_CHECKING:  # an evaluation (NumPy) loads when one is read
+    from mgpu_gui.core.evaluation.result import EvaluationResult, Split
 
 FLUSH_ROWS = 2_000
 FLUSH_INTERVAL_S = 0.5
@@ -252,7 +255,11 @@ class RunStore:
         where, params = ("AND split = ?", (run_id, split.value)) if split else ("", (run_id,))
         row = self._db.execute(f"SELECT result FROM evaluations WHERE run_id = ? {where} "
                                "ORDER BY created DESC LIMIT 1", params).fetchone()
-        return None if row is None else EvaluationResult.from_dict(json.loads(row["result"]))
+        if row is None:
+            return None
+        from mgpu_gui.core.evaluation.result import EvaluationResult
+
+        return EvaluationResult.from_dict(json.loads(row["result"]))
 
     def delete(self, run_id: int) -> None:
         def remove() -> None:

@@ -16,7 +16,7 @@ from collections.abc import Hashable
 from PySide6.QtCore import QObject, Qt, Signal
 
 from mgpu_gui.core.children.data_check import DataCheckJob, DataCheckOutcome
-from mgpu_gui.core.datasets.content import ContentRequest
+from mgpu_gui.core.datasets.content_request import ContentRequest
 from mgpu_gui.core.events import DataCheckFailed, DataCheckProgress
 from mgpu_gui.gui.jobs.child_job import ChildJobRunner
 from mgpu_gui.gui.jobs.setup_check import file_stamp

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from mgpu_gui.gui.theme import plot_colors
 from mgpu_gui.gui.widgets.curve_controls import CurveControls
+from mgpu_gui.gui.widgets.first_paint import after_first_paint
 
 if TYPE_CHECKING:
     from mgpu_gui.gui.panels.curves import CurvesPanel
@@ -35,6 +35,7 @@ class CurvesSlot(QWidget):
         self._layout.addWidget(self.controls)
         self._layout.addStretch(1)
         self._panel: CurvesPanel | None = None
+        after_first_paint(self, self.panel)
 
     def panel(self) -> CurvesPanel:
         if self._panel is None:
@@ -58,9 +59,3 @@ class CurvesSlot(QWidget):
             return self._panel.readable_height()
         return self.controls.readable_height(FIRST_ROWS)
 
-    def paintEvent(self, event) -> None:  # noqa: N802 (Qt's name)
-        """The window's first paint passes here: the panel follows once it is on screen
-        (a zero timer started at the show ran before the paint)."""
-        super().paintEvent(event)
-        if self._panel is None:
-            QTimer.singleShot(0, self, self.panel)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal
-from PySide6.QtGui import QDragEnterEvent, QDropEvent, QShowEvent
+from PySide6.QtGui import QDragEnterEvent, QDropEvent
 from PySide6.QtWidgets import QFileDialog, QWidget
 
 from mgpu_gui.core.augment_preview import PreviewRequest
@@ -45,6 +45,7 @@ from mgpu_gui.gui.jobs.preload import preload
 from mgpu_gui.gui.jobs.setup_check import SetupChecker
 from mgpu_gui.gui.panels.run_setup_form import RunSetupForm, model_choices
 from mgpu_gui.gui.widgets.error_banner import BannerAction
+from mgpu_gui.gui.widgets.first_paint import after_first_paint
 from mgpu_gui.gui.widgets.recent_files import RecentFiles
 
 if TYPE_CHECKING:  # the Data view's and the preview's modules load when they first open
@@ -92,7 +93,8 @@ class RunSetupPanel(RunSetupForm):
                                    model_choices())
         self.data_view: DataViewDialog | None = None  # the Data view, while open
         self.augment_view: AugmentPreviewDialog | None = None  # the preview, while open
-        self._view_loading = False  # the Data view's modules are (being) imported ahead
+        # The Data view's modules, imported ahead of its first open once the window is up.
+        after_first_paint(self, lambda: preload(_load_data_view, "Data view"))
         self._connect_panel()
         self._update_preview_button()
         self._load_recent()
@@ -248,12 +250,6 @@ class RunSetupPanel(RunSetupForm):
             self.data_view.close()
         if self.augment_view is not None:
             self.augment_view.close()
-
-    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802 (Qt's name)
-        super().showEvent(event)
-        if not self._view_loading:  # once the window is up, so its start is not slower
-            self._view_loading = True
-            QTimer.singleShot(0, self, lambda: preload(_load_data_view, "Data view"))
 
     # -- reacting to changes ------------------------------------------------
     def _connect_panel(self) -> None:
