@@ -22,7 +22,8 @@ from mgpu_gui.core.children.data_check import DataCheckJob, check_data_content
 from mgpu_gui.core.children.supervisor import WorkerProcess, prepare_run
 from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig
 from mgpu_gui.core.datasets import content
-from mgpu_gui.core.datasets.content import ContentRequest, check_content
+from mgpu_gui.core.datasets.content import check_content
+from mgpu_gui.core.datasets.content_request import ContentRequest
 from mgpu_gui.core.datasets.images import CorruptImageError, check_header, decode_image
 from mgpu_gui.core.errors import DataError
 from mgpu_gui.core.events import DataCheckFailed, EpochEnd, Phase, RunFailed, RunStatus

@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from mgpu_gui.core.children.data_check import DataCheckJob
-from mgpu_gui.core.datasets.content import ContentRequest, check_content
+from mgpu_gui.core.datasets.content import check_content
+from mgpu_gui.core.datasets.content_request import ContentRequest
 from mgpu_gui.core.events import DataCheckFailed
 
 SAMPLE_SHAPE = (32, 32, 1)
