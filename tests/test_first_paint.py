@@ -12,7 +12,7 @@ from pathlib import Path
 
 from PySide6.QtWidgets import QLabel
 
-from mgpu_gui.gui.widgets.first_paint import after_first_paint
+from mgpu_gui.gui.widgets.next_paint import after_next_paint
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,11 +52,11 @@ app.exec()
 """
 
 
-def test_after_first_paint_runs_once_the_widget_has_painted(qtbot):
+def test_after_next_paint_runs_once_the_widget_has_painted(qtbot):
     label = QLabel("x")
     qtbot.addWidget(label)
     ran: list[bool] = []
-    after_first_paint(label, lambda: ran.append(label.isVisible()))
+    after_next_paint(label, lambda: ran.append(label.isVisible()))
     qtbot.wait(50)
     assert ran == []  # not shown, not painted: not yet
     label.show()

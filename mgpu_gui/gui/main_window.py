@@ -70,6 +70,7 @@ from mgpu_gui.gui.tool_dialogs import ToolDialogs
 from mgpu_gui.gui.widgets import wheel_guard
 from mgpu_gui.gui.widgets.error_banner import ErrorBanner
 from mgpu_gui.gui.widgets.form_scroll import FormScrollArea
+from mgpu_gui.gui.widgets.next_paint import after_next_paint
 from mgpu_gui.gui.widgets.notifier import Notifier
 from mgpu_gui.gui.widgets.plots_first import PlotsFirstSplitter
 from mgpu_gui.gui.widgets.resume_offer import ResumeOffer, StoreReconciler
@@ -384,6 +385,8 @@ class MainWindow(WindowActions, ToolDialogs, SweepActions, RunHistory, ExportAct
 
     def _inventory_ready(self, inventory: GpuInventory) -> None:
         self.gpu_panel.set_inventory(inventory)
+        if not self.curves_slot.is_built():  # the window is whole once the GPUs show
+            after_next_paint(self.gpu_panel, self.curves_slot.panel)
         self._fit_gpu_panel()  # rows exist now: make room for them
         self._devices_to_setup()
         if inventory.state is NvmlState.OK:

@@ -3,8 +3,9 @@
 The curves panel is pyqtgraph and five plots: its import and build took 0.4 s of a 1.1 s
 start (process start to the first painted window, two cores; issue 30, finding 11). The
 window paints with the row above the curves (plain Qt) and the plots' room under it; the
-panel is built right after that paint, or at once when anything asks for it
-(`panel()`: a run's first event, a past run's curves, a test), in the same place.
+main window has the panel built once it has painted its GPUs, or at once when anything
+asks for it (`panel()`: a run's first event, a past run's curves, a test), in the same
+place.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from mgpu_gui.gui.theme import plot_colors
 from mgpu_gui.gui.widgets.curve_controls import CurveControls
-from mgpu_gui.gui.widgets.first_paint import after_first_paint
 
 if TYPE_CHECKING:
     from mgpu_gui.gui.panels.curves import CurvesPanel
@@ -35,7 +35,6 @@ class CurvesSlot(QWidget):
         self._layout.addWidget(self.controls)
         self._layout.addStretch(1)
         self._panel: CurvesPanel | None = None
-        after_first_paint(self, self.panel)
 
     def panel(self) -> CurvesPanel:
         if self._panel is None:

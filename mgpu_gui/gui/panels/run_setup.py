@@ -45,7 +45,7 @@ from mgpu_gui.gui.jobs.preload import preload
 from mgpu_gui.gui.jobs.setup_check import SetupChecker
 from mgpu_gui.gui.panels.run_setup_form import RunSetupForm, model_choices
 from mgpu_gui.gui.widgets.error_banner import BannerAction
-from mgpu_gui.gui.widgets.first_paint import after_first_paint
+from mgpu_gui.gui.widgets.next_paint import after_next_paint
 from mgpu_gui.gui.widgets.recent_files import RecentFiles
 
 if TYPE_CHECKING:  # the Data view's and the preview's modules load when they first open
@@ -94,7 +94,7 @@ class RunSetupPanel(RunSetupForm):
         self.data_view: DataViewDialog | None = None  # the Data view, while open
         self.augment_view: AugmentPreviewDialog | None = None  # the preview, while open
         # The Data view's modules, imported ahead of its first open once the window is up.
-        after_first_paint(self, lambda: preload(_load_data_view, "Data view"))
+        after_next_paint(self, lambda: preload(_load_data_view, "Data view"))
         self._connect_panel()
         self._update_preview_button()
         self._load_recent()

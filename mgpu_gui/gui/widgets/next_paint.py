@@ -1,4 +1,4 @@
-"""Work that the window's first paint must not wait for, run right after that paint.
+"""Work that a paint must not wait for, run right after that paint.
 
 A zero timer started when a widget is shown runs before its first paint (Qt posts the
 paint after it), so work begun there (building the plots, preloading a view's modules)
@@ -14,7 +14,7 @@ from PySide6.QtCore import QEvent, QObject, QTimer
 from PySide6.QtWidgets import QWidget
 
 
-class _FirstPaint(QObject):
+class _NextPaint(QObject):
     def __init__(self, widget: QWidget, then: Callable[[], object]):
         super().__init__(widget)
         self._then = then
@@ -28,7 +28,7 @@ class _FirstPaint(QObject):
         return False
 
 
-def after_first_paint(widget: QWidget, then: Callable[[], object]) -> None:
-    """`then()` at the event loop's next turn after `widget` first paints (never, if it
-    never does; a widget that goes first takes `then` along)."""
-    _FirstPaint(widget, then)
+def after_next_paint(widget: QWidget, then: Callable[[], object]) -> None:
+    """`then()` at the event loop's next turn after `widget` next paints (its first, for
+    one not shown yet; never, if it never paints; a widget that goes takes `then` along)."""
+    _NextPaint(widget, then)
