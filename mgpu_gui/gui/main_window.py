@@ -49,6 +49,7 @@ from mgpu_gui.core.runs.store import RunStore
 from mgpu_gui.gui.desktop_notify import DesktopAlerts
 from mgpu_gui.gui.export_actions import ExportActions
 from mgpu_gui.gui.jobs.exporter import ModelExporter
+from mgpu_gui.gui.jobs.preload import preload
 from mgpu_gui.gui.jobs.run_controller import RunController, RunState
 from mgpu_gui.gui.jobs.run_follower import RunFollower
 from mgpu_gui.gui.jobs.run_start import StartKind, StartRequest
@@ -386,7 +387,7 @@ class MainWindow(WindowActions, ToolDialogs, SweepActions, RunHistory, ExportAct
     def _inventory_ready(self, inventory: GpuInventory) -> None:
         self.gpu_panel.set_inventory(inventory)
         if not self.curves_slot.is_built():  # the window is whole once the GPUs show
-            after_next_paint(self.gpu_panel, self.curves_slot.panel)
+            after_next_paint(self.gpu_panel, self._window_whole)
         self._fit_gpu_panel()  # rows exist now: make room for them
         self._devices_to_setup()
         if inventory.state is NvmlState.OK:
@@ -394,6 +395,13 @@ class MainWindow(WindowActions, ToolDialogs, SweepActions, RunHistory, ExportAct
                                          f"{inventory.driver_version or 'N/A'}")
         else:
             self.statusBar().showMessage(inventory.message)
+
+    def _window_whole(self) -> None:
+        """What waited for the window's first complete paint: the plots, built here, and
+        the run supervisor's modules, imported on a thread (the first Train's preparing
+        thread importing them held the GIL against the click: 20 ms, not 3)."""
+        preload(_load_supervisor, "run supervisor")
+        self.curves_slot.panel()
 
     # -- settings and closing ------------------------------------------------
     def _restore_settings(self) -> None:
@@ -450,3 +458,8 @@ class MainWindow(WindowActions, ToolDialogs, SweepActions, RunHistory, ExportAct
         self.close_dialogs()
         self._close_store()
         event.accept()
+
+
+def _load_supervisor() -> None:
+    """The run supervisor's modules, imported ahead of the first Train (gui/jobs/preload.py)."""
+    import mgpu_gui.core.children.supervisor  # noqa: F401
