@@ -85,6 +85,18 @@ def test_a_bad_value_is_named_on_its_row_and_keeps_start_disabled(dialog):
     assert [row.name for row in dialog.rows] == ["learning_rate"]
 
 
+def test_a_metric_the_trials_never_report_is_refused_as_sweep_start_refuses_it(dialog):
+    """Issue 29, finding 11: `--metric bogus` was queued and the sweep never ranked; the
+    CLI refuses it, and so does the dialog (the demo compiles with loss and accuracy)."""
+    dialog.rows[0].values.setText("1e-3,3e-3")
+    dialog.metric_combo.setCurrentText("val_auc")
+    assert not dialog.start_button.isEnabled()
+    assert [f for f, _ in dialog.problems] == ["metric"]
+    assert "val_accuracy" in dict(dialog.problems)["metric"]
+    dialog.metric_combo.setCurrentText("val_accuracy")
+    assert dialog.start_button.isEnabled()
+
+
 def test_a_compiled_model_file_refuses_an_lr_sweep_until_overridden(qtbot):
     dialog = SweepDialog(BASE, compiled_model=True)
     qtbot.addWidget(dialog)

@@ -47,6 +47,7 @@ from mgpu_gui.core.sweeps.trials import (
     Search,
     SweepSpec,
     plan_trials,
+    reported_metrics,
     trial_problems,
 )
 from mgpu_gui.gui.jobs.background_job import source_name, spin_box
@@ -294,7 +295,8 @@ class SweepDialog(QDialog):
             median_stop=self.median_check.isChecked(), grace=self.grace_spin.value())
         problems = [(row.name, message) for row in self.rows for message in row.problems]
         problems += [(field, message) for field, message
-                     in spec.problems(compiled_model=self.compiled_model)
+                     in spec.problems(compiled_model=self.compiled_model,
+                                      reported=reported_metrics(base, self.compiled_model))
                      if not (field == "parameters" and self.rows and not parameters)]
         # (With rows but none readable, each row says what it lacks.)
         swept = set(spec.swept)
