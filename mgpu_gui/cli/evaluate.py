@@ -110,6 +110,8 @@ def _request(args: argparse.Namespace) -> tuple[EvaluateRequest, int | None]:
                             "model.keras, no checkpoints/last.keras).")
         config = run_dir.read_config()
         own_data = args.data is None or args.data == config.data
+        if own_data:
+            run_dir.check_stored_paths()
         if not own_data:
             config = config.replace(validation_data=None)
         output = run_dir.path if own_data else None  # another data set's figures are not its

@@ -183,6 +183,7 @@ def prepare_resume(run_folder: Path, inventory: GpuInventory | None = None,
         if record is not None and not record.resume_helps:
             raise UserError(f"The run in {run_dir.path} failed for a reason a resume would "
                             f"meet again: {record.message}")
+        run_dir.check_stored_paths()
         changed = data_changes(run_dir.path)
         if changed:
             raise UserError(

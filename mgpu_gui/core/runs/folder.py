@@ -144,7 +144,42 @@ class RunDir:
         return None
 
     def read_config(self) -> RunConfig:
-        return RunConfig.from_json(self.config_json.read_text())
+        """The run's settings, every path absolute: runs of versions that stored paths as
+        typed (issue 29, finding 6) have theirs taken from the folder they were started
+        in (`started_in`), else from the current folder."""
+        config = RunConfig.from_json(self.config_json.read_text())
+        if config == config.with_absolute_paths(Path("/")):  # absolute already
+            return config
+        return config.with_absolute_paths(self.started_in(config))
+
+    def started_in(self, config: RunConfig) -> Path | None:
+        """The folder a run with a relative output folder was started in: this folder's
+        place under that output folder tells it (runs/2026…-demo under /lab: /lab for
+        `-o runs`); None for an absolute output folder."""
+        output = Path(os.path.expanduser(config.output_dir))
+        if output.is_absolute():
+            return None
+        parent, parts = self.path.absolute().parent, Path(os.path.normpath(output)).parts
+        if parts == (".",):
+            return parent
+        if parent.parts[len(parent.parts) - len(parts):] != parts:
+            return None
+        return Path(*parent.parts[:len(parent.parts) - len(parts)])
+
+    def check_stored_paths(self) -> None:
+        """UserError naming the relative paths an older run stored that are not where
+        `read_config` looks (both: as stored, and where), before anything reads them."""
+        stored = RunConfig.from_json(self.config_json.read_text())
+        found = self.read_config()
+        missing = [f"'{before}' (looked for at {after})"
+                   for name in ("model", "data", "validation_data", "custom_objects")
+                   if (before := getattr(stored, name)) != (after := getattr(found, name))
+                   and after is not None and not Path(after).exists()]
+        if missing:
+            raise UserError(
+                f"The run in {self.path} was made by an earlier version, which kept its "
+                f"paths as typed, and {' and '.join(missing)} cannot be found. Run the "
+                f"command from the folder the run was started in, or put the files there.")
 
     def events(self) -> list[Event]:
         """The events recorded so far; a torn last line (a crash mid-write) is skipped."""
