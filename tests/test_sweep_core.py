@@ -272,6 +272,12 @@ def test_the_estimate_counts_epochs_and_times_by_the_last_similar_run():
     found = estimate(trials, slow_start, at_once=2)
     assert found.seconds == pytest.approx(24.0 + 4 * 11.0)  # 4 trials per slot
     assert "2 s per epoch and 11 s to start and finish as run demo-new" in found.text
+    # The time outside the epochs is the mean of the last three runs' (a sweep's first
+    # trial also waited for the queue runner to start); the pace is the latest run's.
+    runs = [dataclasses.replace(past[1], name=f"r{i}", ended=200.0 + i, overhead_s=o)
+            for i, o in enumerate([30.0, 4.0, 8.0, 6.0])]
+    (guide,) = estimate(trials, runs, at_once=2).guides
+    assert (guide.name, guide.overhead_s, guide.seconds_per_epoch) == ("r3", 6.0, 2.0)
 
 
 # -- results, scatter and parallel coordinates ------------------------------------------------

@@ -1,20 +1,27 @@
 """How much a sweep is before it starts: trials x epochs, and a time from past runs.
 
 The time goes by the last similar run (same model and data): its seconds per epoch, and
-its time outside the epochs (starting the engine, building and rehearsing, the test set,
-the exports), which every trial pays again; left out, a 2-trial demo sweep was estimated
-at 5 s and took 28 (issue 30). Trials of other settings (batch, GPUs) may train faster or
-slower, so it is a guide, and says which run it goes by, or that there is none.
+the time outside the epochs (starting the engine, building and rehearsing, the test set,
+the exports; for a sweep's trial, also the queue runner picking it up), which every trial
+pays again: the mean of the last OVERHEAD_RUNS similar runs', as one trial's start can
+take seconds more than the next's (the runner starting). Left out, a 2-trial demo sweep
+was estimated at 5 s and took 28 (issue 30). Trials of other settings (batch, GPUs) may
+train faster or slower, so it is a guide, and says which run it goes by, or that there is
+none.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from mgpu_gui.core.progress import format_duration
 from mgpu_gui.core.sweeps.trials import Trial
+
+OVERHEAD_RUNS = 3
 
 
 @dataclass(frozen=True)
@@ -60,11 +67,10 @@ def estimate(trials: Sequence[Trial], past: Iterable[PastRun], *, at_once: int
              ) -> SweepEstimate:
     """The sweep's size, and its time with `at_once` trials running side by side (each
     starts when the earliest slot frees) at the last similar run's pace."""
-    latest: dict[tuple[str, str], PastRun] = {}
+    similar: dict[tuple[str, str], list[PastRun]] = {}
     for run in past:
-        key = (run.model, run.data)
-        if key not in latest or run.ended > latest[key].ended:
-            latest[key] = run
+        similar.setdefault((run.model, run.data), []).append(run)
+    latest = {key: _guide(sorted(runs, key=lambda r: r.ended)) for key, runs in similar.items()}
     needed = list(dict.fromkeys((t.config.model, t.config.data) for t in trials))
     missing = tuple(key for key in needed if key not in latest)
     epochs = sum(t.config.epochs for t in trials)
@@ -80,3 +86,9 @@ def estimate(trials: Sequence[Trial], past: Iterable[PastRun], *, at_once: int
                                            + trial.config.epochs * guide.seconds_per_epoch)
     return SweepEstimate(len(trials), epochs, per_trial, at_once, max(slots),
                          tuple(latest[key] for key in needed), ())
+
+
+def _guide(runs: list[PastRun]) -> PastRun:
+    """The latest of `runs` (oldest first), its overhead the mean of the last known ones."""
+    known = [r.overhead_s for r in runs[-OVERHEAD_RUNS:] if r.overhead_s > 0]
+    return dataclasses.replace(runs[-1], overhead_s=statistics.fmean(known) if known else 0.0)

@@ -244,19 +244,29 @@ def sweep_estimate(store: RunStore, spec: SweepSpec) -> SweepEstimate:
                     at_once=spec.max_parallel)
 
 
+# When a sweep's trial could have started: its job queued, or the last of its sweep's
+# runs that ended before it was made (a slot freed): from then on, the wait is the
+# runner's picking it up, which the next sweep's trials pay too.
+_READY = ("SELECT MAX(q.created, COALESCE((SELECT MAX(r2.ended) FROM queue q2 JOIN runs r2 "
+          "ON r2.id = q2.run_id WHERE q2.sweep_id = q.sweep_id AND r2.ended <= r.created), "
+          "0)) FROM queue q WHERE q.run_id = r.id AND q.sweep_id IS NOT NULL")
+
+
 def past_runs(store: RunStore, keys: set[tuple[str, str]]) -> list[PastRun]:
     """Ended runs of these (model, data) with their mean seconds per epoch and their time
-    outside the epochs (from created to ended; known for a run of one attempt only: a
-    resumed run's span holds its pause)."""
+    outside the epochs (from when it could start, `_READY`, else its creation, to its end;
+    known for a run of one attempt only: a resumed run's span holds its pause)."""
     found = []
     for model, data in keys:
         rows = store.database.db.execute(
             "SELECT r.name, r.ended, r.created, r.attempts, AVG(e.duration_s) AS pace, "
-            "SUM(e.duration_s) AS trained FROM runs r JOIN epochs e ON e.run_id = r.id "
+            f"SUM(e.duration_s) AS trained, ({_READY}) AS ready FROM runs r "
+            "JOIN epochs e ON e.run_id = r.id "
             "WHERE r.model = ? AND r.data = ? AND r.ended IS NOT NULL AND e.duration_s > 0 "
             "GROUP BY r.id", (model, data)).fetchall()
         found += [PastRun(row["name"], model, data, row["ended"], row["pace"],
-                          max(0.0, row["ended"] - row["created"] - row["trained"])
+                          max(0.0, row["ended"] - (row["ready"] or row["created"])
+                              - row["trained"])
                           if row["attempts"] <= 1 else 0.0) for row in rows]
     return found
 
