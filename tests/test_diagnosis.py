@@ -100,15 +100,19 @@ def test_slow_input_is_input_bound_and_the_plain_demo_is_not(host, tmp_path):
     epochs = [e for e in events if isinstance(e, EpochEnd)]
     assert [v.epoch for v in verdicts] == [0, 1, 2]
     plain, slow = epochs[1], epochs[2]
-    # A plain step's time from its batches' own times (the median gap): the epoch's
-    # duration holds its validation too, which read the expected wait 11 points low once
-    # under CI's load (40 % for 51 %).
-    times = [e.t for e in events if isinstance(e, BatchEnd) and e.epoch == 1]
-    step_ms = float(np.median(np.diff(times))) * 1000
-    expected = SLOW_MS / (SLOW_MS + step_ms)
-    print(f"\nplain demo: {step_ms:.1f} ms per step, input wait {plain.input_wait:.1%}: "
-          f"{verdicts[1].text}\nslowed by {SLOW_MS} ms per batch: input wait "
-          f"{slow.input_wait:.1%} (expected {expected:.1%}): {verdicts[2].text}")
+    # The slowed steps' own time, from their batches' times (the median gap): the wait is
+    # SLOW_MS of it. Not the epoch's duration (it holds validation: 40 % expected for 51 %
+    # measured once under CI's load), nor the plain epoch's steps (the machine's load
+    # changed between the two epochs: 67 % expected for 45 % measured in CI 14).
+    def step_ms(epoch: int) -> float:
+        times = [e.t for e in events if isinstance(e, BatchEnd) and e.epoch == epoch]
+        return float(np.median(np.diff(times))) * 1000
+
+    expected = SLOW_MS / step_ms(2)
+    print(f"\nplain demo: {step_ms(1):.1f} ms per step, input wait {plain.input_wait:.1%}: "
+          f"{verdicts[1].text}\nslowed by {SLOW_MS} ms per batch: {step_ms(2):.1f} ms per "
+          f"step, input wait {slow.input_wait:.1%} (expected {expected:.1%}): "
+          f"{verdicts[2].text}")
     assert plain.input_wait < INPUT_BOUND_SHARE
     assert verdicts[1].kind != VerdictKind.INPUT_BOUND
     assert verdicts[2].kind == VerdictKind.INPUT_BOUND
