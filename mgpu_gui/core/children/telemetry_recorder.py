@@ -20,6 +20,7 @@ from collections import deque
 from pathlib import Path
 
 from mgpu_gui.core.config import DeviceKind
+from mgpu_gui.core.devices.cpu_share import process_cpu_ticks
 from mgpu_gui.core.devices.nvml import GpuInfo, NvmlState, default_session, query_inventory
 from mgpu_gui.core.devices.plan import DevicePlan, usable_cores
 from mgpu_gui.core.devices.telemetry import GpuSnapshot, every, take_snapshots
@@ -154,12 +155,11 @@ class ProcessSampler:
 
     def sample(self) -> list[TelemetrySample]:
         try:
-            # The command name in parentheses may hold spaces: fields count after it.
-            fields = (self.proc / "stat").read_text().rsplit(")", 1)[1].split()
+            ticks = process_cpu_ticks(self.proc)
             resident = int((self.proc / "statm").read_text().split()[1]) * self._page
         except (OSError, IndexError, ValueError):  # ended, or no /proc here
             return []
-        now, ticks = time.monotonic(), int(fields[11]) + int(fields[12])  # utime + stime
+        now = time.monotonic()
         utilization = None
         if self._last is not None and now > self._last[0]:
             used_s = (ticks - self._last[1]) / self._ticks_per_s

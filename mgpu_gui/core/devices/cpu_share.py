@@ -76,6 +76,12 @@ class CpuShareSampler:
         return busy / self._ticks_per_s, max(cores, 1)
 
     def _run(self) -> float:
-        # The command name in parentheses may hold spaces: fields count after it.
-        fields = (self.proc / str(self.pid) / "stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / self._ticks_per_s  # utime + stime
+        return process_cpu_ticks(self.proc / str(self.pid)) / self._ticks_per_s
+
+
+def process_cpu_ticks(proc_dir: Path) -> int:
+    """The CPU time (user and system, all threads, in clock ticks) of the process whose
+    /proc folder this is; OSError once it has ended."""
+    # The command name in parentheses may hold spaces: fields count after it.
+    fields = (proc_dir / "stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime

@@ -147,10 +147,10 @@ class RunDir:
         """The run's settings, every path absolute: runs of versions that stored paths as
         typed (issue 29, finding 6) have theirs taken from the folder they were started
         in (`started_in`), else from the current folder."""
-        config = RunConfig.from_json(self.config_json.read_text())
-        if config == config.with_absolute_paths(Path("/")):  # absolute already
-            return config
-        return config.with_absolute_paths(self.started_in(config))
+        return self._absolute(RunConfig.from_json(self.config_json.read_text()))
+
+    def _absolute(self, stored: RunConfig) -> RunConfig:
+        return stored.with_absolute_paths(self.started_in(stored))
 
     def started_in(self, config: RunConfig) -> Path | None:
         """The folder a run with a relative output folder was started in: this folder's
@@ -170,7 +170,7 @@ class RunDir:
         """UserError naming the relative paths an older run stored that are not where
         `read_config` looks (both: as stored, and where), before anything reads them."""
         stored = RunConfig.from_json(self.config_json.read_text())
-        found = self.read_config()
+        found = self._absolute(stored)
         missing = [f"'{before}' (looked for at {after})"
                    for name in ("model", "data", "validation_data", "custom_objects")
                    if (before := getattr(stored, name)) != (after := getattr(found, name))
