@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from mgpu_gui.core.children.warm_start import OFF_ENV
 from mgpu_gui.gui import gc_guard
 from tests.helpers import engine_starts
 
@@ -197,6 +198,15 @@ def _no_network(monkeypatch):
     from mgpu_gui.core.modelfiles import builtins
 
     monkeypatch.setattr(builtins, "unreachable", lambda url, timeout=0: "no network in tests")
+
+
+@pytest.fixture(autouse=True)
+def _warm_starts_in_slow_tests_only(request, monkeypatch):
+    """A test without `slow` starts no engine: neither a warm starter (it imports one) nor a
+    child forked from one (which has one imported; mgpu_gui/core/children/warm_start.py).
+    Its children start fresh, and the check below sees the engines they import."""
+    if not request.node.get_closest_marker("slow"):
+        monkeypatch.setenv(OFF_ENV, "0")
 
 
 @pytest.fixture(autouse=True)

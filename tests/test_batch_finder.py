@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from mgpu_gui.cli import main as cli
-from mgpu_gui.core.children.runner import command_log
+from mgpu_gui.core.children.launch import command_log
 from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig
 from mgpu_gui.core.datasets.batching import steps
 from mgpu_gui.core.devices.nvml import GpuInfo, GpuInventory, NvmlState

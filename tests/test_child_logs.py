@@ -17,7 +17,8 @@ import pytest
 
 from mgpu_gui.cli import common
 from mgpu_gui.cli import main as cli
-from mgpu_gui.core.children.runner import command_log
+from mgpu_gui.core.children.launch import command_log
+from mgpu_gui.core.children.warm_start import OFF_ENV
 from mgpu_gui.core.eventtext import is_noise
 
 NOISE = "E0000 00:00:1 123 cuda_executor.cc:1] failed call to cuInit: UNKNOWN ERROR (303)"
@@ -71,7 +72,10 @@ def mgpu_train(*args: object) -> tuple[int, str]:
 
 
 @pytest.mark.slow
-def test_unwrap_prints_no_startup_noise_and_names_its_log_on_failure(tmp_path):
+def test_unwrap_prints_no_startup_noise_and_names_its_log_on_failure(tmp_path, monkeypatch):
+    """A child started fresh says what TensorFlow says at start-up into its log, not the
+    terminal (one forked from a warm starter has nothing to say: started fresh here)."""
+    monkeypatch.setenv(OFF_ENV, "0")
     builder = tmp_path / "m.py"
     builder.write_text("def build_model(input_shape, num_classes):\n    pass\n")
     code, printed = mgpu_train("unwrap", builder, "-o", tmp_path / "out.keras")

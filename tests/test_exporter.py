@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from mgpu_gui.core.children.runner import command_log
+from mgpu_gui.core.children.launch import command_log
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.devices.nvml import GpuInventory, NvmlState
 from mgpu_gui.core.runs.folder import create_run_dir

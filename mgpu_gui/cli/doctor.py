@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from mgpu_gui.cli.common import add_store_argument, child_output
-from mgpu_gui.core.children.runner import command_log
+from mgpu_gui.core.children.launch import command_log
 from mgpu_gui.core.devices import nvml
 from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.runs.store_repair import repair_store

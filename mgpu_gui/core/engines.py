@@ -127,6 +127,13 @@ def engine_problems(engine: str, *, jit_compile: bool) -> list[tuple[str, str]]:
     return found
 
 
+def backend_env(engine: Engine | str) -> dict[str, str]:
+    """The engine a child runs on, in its environment from its start: a child forked from
+    a warm starter has Keras imported already, on the starter's backend, so the starter
+    must see which one the child needs (core/children/warm_server.py)."""
+    return {"KERAS_BACKEND": Engine(engine).value}
+
+
 def engine_env(engine: Engine, *, cpu_replicas: int | None,
                environ: Mapping[str, str]) -> dict[str, str]:
     """The variables a worker on `engine` sets before Keras starts.
@@ -135,7 +142,7 @@ def engine_env(engine: Engine, *, cpu_replicas: int | None,
     the device plan's CUDA_VISIBLE_DEVICES chooses). `environ` is read for XLA_FLAGS,
     which is extended rather than replaced.
     """
-    env = {"KERAS_BACKEND": engine.value}
+    env = backend_env(engine)
     if engine is not Engine.JAX:
         return env
     env.update(NO_PREALLOCATION)

@@ -17,8 +17,8 @@ from typing import Any
 
 from mgpu_gui.core.augment_preview import PreviewRequest
 from mgpu_gui.core.children.data_check import CHILD_ENV
-from mgpu_gui.core.children.launch import Child, module_command
-from mgpu_gui.core.children.runner import ChildProcesses, command_log, run_child
+from mgpu_gui.core.children.launch import Child, command_log, module_command
+from mgpu_gui.core.children.runner import ChildProcesses, run_child
 from mgpu_gui.core.events import (
     AugmentPreviewDone,
     AugmentPreviewFailed,

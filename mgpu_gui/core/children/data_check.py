@@ -23,8 +23,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from mgpu_gui.core.children.launch import Child, module_command
-from mgpu_gui.core.children.runner import ChildProcesses, command_log, died_text
+from mgpu_gui.core.children.launch import Child, command_log, module_command
+from mgpu_gui.core.children.runner import ChildProcesses, died_text
 from mgpu_gui.core.datasets.content_request import ContentRequest
 from mgpu_gui.core.errors import DataError
 from mgpu_gui.core.events import DataChecked, DataCheckFailed, DataCheckProgress, parse_event

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 from mgpu_gui.core.children.data_check import CHILD_ENV
-from mgpu_gui.core.children.launch import Child, module_command
-from mgpu_gui.core.children.runner import ChildProcesses, command_log, run_child
+from mgpu_gui.core.children.launch import Child, command_log, module_command
+from mgpu_gui.core.children.runner import ChildProcesses, run_child
 from mgpu_gui.core.datasets.overview import DataOverview, OverviewRequest
 from mgpu_gui.core.events import DataOverviewed, DataOverviewFailed, parse_event
 from mgpu_gui.core.plain import from_plain

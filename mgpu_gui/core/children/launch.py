@@ -11,11 +11,17 @@ only: a command line cannot make the bundle run any other module.
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import os
 import runpy
 import sys
 from enum import StrEnum
+from pathlib import Path
 
 MODULE_FLAG = "--mgpu-module"
+CHILD_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}  # added to every child's
+LOG_DIR_ENV = "MGPU_GUI_LOG_DIR"
 
 
 class Child(StrEnum):
@@ -35,6 +41,31 @@ class Child(StrEnum):
     DATA_OVERVIEW = "mgpu_gui.processes.data_overview"
     SAMPLE_IMAGES = "mgpu_gui.processes.sample_images"
     AUGMENT_PREVIEW = "mgpu_gui.processes.augment_preview"
+    WARM_STARTER = "mgpu_gui.processes.warm_starter"
+
+
+# The children that import TensorFlow and Keras for their work: where they see no GPU,
+# they are forked from a warm starter that has imported both (core/children/warm_start.py).
+# Not TF_FACTS: it reports what TensorFlow logs while it is imported.
+WARM_CHILDREN = frozenset({
+    Child.TRAINING_WORKER, Child.SCALING_WORKER, Child.BATCH_PROBE, Child.MODEL_PROBE,
+    Child.EXPORT, Child.EXPORT_VERIFIER, Child.EVALUATOR, Child.AUGMENT_PREVIEW})
+# What the warm starter imports for them: the engine and the modules their entries import
+# once it is chosen; mgpu_gui.engine first, which keeps the optional imports out.
+WARM_PRELOAD = ("mgpu_gui.engine", "keras", "tensorflow", "mgpu_gui.engine.training",
+                "mgpu_gui.engine.export", "mgpu_gui.engine.evaluation",
+                "mgpu_gui.engine.prediction", "mgpu_gui.engine.augmentation", *WARM_CHILDREN)
+
+
+def command_log(name: str) -> Path:
+    """The log file of a command's children outside a run: `<log folder>/<name>.log`
+    ($MGPU_GUI_LOG_DIR, else the user's log folder), rewritten by each new job."""
+    folder = os.environ.get(LOG_DIR_ENV)
+    if not folder:
+        import platformdirs
+
+        folder = platformdirs.user_log_dir("mgpu-gui", appauthor=False)
+    return Path(folder).expanduser() / f"{name}.log"
 
 
 class UnknownChildError(ValueError):
@@ -62,5 +93,18 @@ def run_module_from_argv() -> bool:
         raise UnknownChildError(f"{module!r} is not a child entry of mgpu-gui; "
                                 f"{MODULE_FLAG} runs only {', '.join(Child)}")
     sys.argv = [module, *sys.argv[3:]]
-    runpy.run_module(module, run_name="__main__", alter_sys=True)
+    run_as_main(module)
     return True
+
+
+def run_as_main(module: str) -> None:
+    """Run a child entry's module as `python -m` does (the warm starter's forks too)."""
+    sys.modules.pop(module, None)  # imported already (preloaded): run it afresh
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+def preload_warm_modules() -> None:
+    """Import `WARM_PRELOAD`; one that fails is left to the children that need it."""
+    for module in WARM_PRELOAD:
+        with contextlib.suppress(Exception):
+            importlib.import_module(module)

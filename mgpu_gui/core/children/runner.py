@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Generic, TypeVar
 
+from mgpu_gui.core.children.launch import CHILD_ENV
+from mgpu_gui.core.children.warm_start import WarmChild, spawn
 from mgpu_gui.core.eventtext import is_noise
 
 OUTPUT_TAIL_LINES = 12
-CHILD_ENV = {"TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1"}
-LOG_DIR_ENV = "MGPU_GUI_LOG_DIR"
 
 R = TypeVar("R")
 
@@ -50,17 +50,6 @@ class ChildExit(Generic[R]):
     log: Path | None = None
 
 
-def command_log(name: str) -> Path:
-    """The log file of a command's children outside a run: `<log folder>/<name>.log`
-    ($MGPU_GUI_LOG_DIR, else the user's log folder), rewritten by each new job."""
-    folder = os.environ.get(LOG_DIR_ENV)
-    if not folder:
-        import platformdirs
-
-        folder = platformdirs.user_log_dir("mgpu-gui", appauthor=False)
-    return Path(folder).expanduser() / f"{name}.log"
-
-
 class ChildProcesses:
     """Starts children one at a time; `cancel()` kills the running one for good.
 
@@ -71,7 +60,7 @@ class ChildProcesses:
         self.thread_name = thread_name
         self.log = log
         self._log_mode = "w"
-        self._proc: subprocess.Popen | None = None
+        self._proc: subprocess.Popen | WarmChild | None = None
         self._cancelled = False
         self._lock = threading.Lock()
 
@@ -103,10 +92,9 @@ class ChildProcesses:
                 if self._cancelled:
                     os.close(events_r)
                     return None
-                self._proc = proc = subprocess.Popen(
-                    command(events_w), pass_fds=(events_w,), env=env, cwd=cwd,
-                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                    start_new_session=True)  # a terminal's Ctrl-C reaches only the parent
+                # In its own session: a terminal's Ctrl-C reaches only the parent.
+                self._proc = proc = spawn(command(events_w), pass_fds=(events_w,), env=env,
+                                          cwd=cwd)
         except BaseException:
             os.close(events_r)
             raise
@@ -219,5 +207,5 @@ def cancel_on_interrupt(cancel: Callable[[], None], what: str) -> Callable[[], b
     return lambda: seen[0]
 
 
-__all__ = ["LOG_DIR_ENV", "OUTPUT_TAIL_LINES", "ChildExit", "ChildProcesses",
-           "cancel_on_interrupt", "command_log", "died_text", "pump_output", "run_child"]
+__all__ = ["OUTPUT_TAIL_LINES", "ChildExit", "ChildProcesses",
+           "cancel_on_interrupt", "died_text", "pump_output", "run_child"]

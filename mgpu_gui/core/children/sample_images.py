@@ -15,8 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 from mgpu_gui.core.children.data_check import CHILD_ENV
-from mgpu_gui.core.children.launch import Child, module_command
-from mgpu_gui.core.children.runner import ChildProcesses, command_log, run_child
+from mgpu_gui.core.children.launch import Child, command_log, module_command
+from mgpu_gui.core.children.runner import ChildProcesses, run_child
 from mgpu_gui.core.evaluation.samples import DrawRequest
 from mgpu_gui.core.events import SamplesDrawFailed, SamplesDrawn, parse_event
 

@@ -19,12 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mgpu_gui.core.children.inspector import file_inspector
-from mgpu_gui.core.children.launch import Child, module_command
+from mgpu_gui.core.children.launch import CHILD_ENV, Child, module_command
 from mgpu_gui.core.children.runner import pump_output
 from mgpu_gui.core.children.telemetry_recorder import TelemetryRecorder
+from mgpu_gui.core.children.warm_start import WarmChild, spawn
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.devices.nvml import GpuInventory, query_inventory
 from mgpu_gui.core.devices.plan import DevicePlan, plan_devices
+from mgpu_gui.core.engines import backend_env
 from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.events import (
     BatchEnd,
@@ -239,7 +241,7 @@ class WorkerProcess:
         self.extra_env = env or {}
         self.output_tail: deque[str] = deque(maxlen=OUTPUT_TAIL_LINES)
         self.events_seen: list[Event] = []
-        self._proc: subprocess.Popen | None = None
+        self._proc: subprocess.Popen | WarmChild | None = None
         self._control = None
         self._events = None
         self._output_thread: threading.Thread | None = None
@@ -250,18 +252,16 @@ class WorkerProcess:
     def start(self) -> None:
         events_r, events_w = os.pipe()
         control_r, control_w = os.pipe()
-        env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONUNBUFFERED": "1",
+        env = {**os.environ, **CHILD_ENV, **backend_env(self.run.config.engine),
                **self.run.plan.env, **self.extra_env}
         lock = self.run.lock
         lock_fd = lock.fd if lock is not None and lock.fd >= 0 else None
         try:
-            self._proc = subprocess.Popen(
+            # In its own session: a terminal's Ctrl-C reaches only the supervisor.
+            self._proc = spawn(
                 worker_command(self.run.run_dir, events_w, control_r, lock_fd, self.nice),
                 pass_fds=(events_w, control_r, *([lock_fd] if lock_fd is not None else [])),
-                env=env, stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                start_new_session=True,  # a terminal's Ctrl-C reaches only the supervisor
-            )
+                env=env, stdin_pipe=False)
         finally:
             os.close(events_w)
             os.close(control_r)

@@ -26,11 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from mgpu_gui.core.children.inspector import file_inspector
-from mgpu_gui.core.children.launch import Child, module_command
-from mgpu_gui.core.children.runner import ChildExit, ChildProcesses, command_log, died_text
+from mgpu_gui.core.children.launch import Child, command_log, module_command
+from mgpu_gui.core.children.runner import ChildExit, ChildProcesses, died_text
 from mgpu_gui.core.config import DEMO, DeviceKind, DeviceSelection, RunConfig
 from mgpu_gui.core.devices.nvml import GpuInventory, query_inventory
 from mgpu_gui.core.devices.plan import DevicePlan, plan_devices
+from mgpu_gui.core.engines import backend_env
 from mgpu_gui.core.errors import ConfigError, UserError
 from mgpu_gui.core.runs import preflight
 from mgpu_gui.core.tools.batch_search import (
@@ -224,7 +225,8 @@ class BatchFinder:
                    "steps": self.request.settings.steps, "cap_bytes": plan.cap_bytes}
         started = time.monotonic()
         ended = self._children.run(
-            self.command, request, {"TF_FORCE_GPU_ALLOW_GROWTH": "true", **plan.probe_plan.env},
+            self.command, request, {"TF_FORCE_GPU_ALLOW_GROWTH": "true", **plan.probe_plan.env,
+                                    **backend_env(config.engine)},
             lambda message: self._handle(message, number, batch), self.on_output)
         if ended is None:
             return ProbeResult(batch, ProbeStatus.CANCELLED, message="cancelled")

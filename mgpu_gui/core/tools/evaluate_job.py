@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mgpu_gui.core.children.launch import Child, module_command
-from mgpu_gui.core.children.runner import ChildProcesses, command_log, run_child
+from mgpu_gui.core.children.launch import Child, command_log, module_command
+from mgpu_gui.core.children.runner import ChildProcesses, run_child
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.devices.plan import DevicePlan
-from mgpu_gui.core.engines import Engine, installed
+from mgpu_gui.core.engines import Engine, backend_env, installed
 from mgpu_gui.core.evaluation.result import Split
 from mgpu_gui.core.events import (
     EvaluationDone,
@@ -124,7 +124,8 @@ class EvaluateJob:
         if not installed(Engine.TENSORFLOW):  # said before a child starts to fail on it
             return EvaluationFailed(NO_TENSORFLOW, "ConfigError", True)
         return run_child(self._children, evaluator_command, self.request.to_dict(),
-                         self.request.plan.env, self._message, "The evaluation process",
+                         {**self.request.plan.env, **backend_env(Engine.TENSORFLOW)},
+                         self._message, "The evaluation process",
                          lambda error_type, message: EvaluationFailed(message, error_type,
                                                                       False),
                          self.on_output)

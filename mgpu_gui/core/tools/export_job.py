@@ -18,8 +18,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from mgpu_gui.core.children.launch import Child, module_command
-from mgpu_gui.core.children.runner import ChildProcesses, command_log, died_text
+from mgpu_gui.core.children.launch import Child, command_log, module_command
+from mgpu_gui.core.children.runner import ChildProcesses, died_text
 from mgpu_gui.core.events import ExportDone, ExportFailed, LogMessage, parse_event
 
 ExportOutcome = ExportDone | ExportFailed

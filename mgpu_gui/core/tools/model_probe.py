@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from mgpu_gui.core.children.launch import Child, module_command
-from mgpu_gui.core.children.runner import ChildProcesses, command_log, run_child
+from mgpu_gui.core.children.launch import Child, command_log, module_command
+from mgpu_gui.core.children.runner import ChildProcesses, run_child
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.events import ModelProbed, ModelProbeFailed, parse_event
 

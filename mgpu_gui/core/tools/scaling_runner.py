@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from mgpu_gui.core.children.inspector import file_inspector
-from mgpu_gui.core.children.launch import Child, module_command
-from mgpu_gui.core.children.runner import ChildExit, ChildProcesses, command_log, died_text
+from mgpu_gui.core.children.launch import Child, command_log, module_command
+from mgpu_gui.core.children.runner import ChildExit, ChildProcesses, died_text
 from mgpu_gui.core.config import DEMO, DeviceKind, DeviceSelection, RunConfig
 from mgpu_gui.core.devices.nvml import GpuInventory, query_inventory
 from mgpu_gui.core.devices.plan import DevicePlan, plan_devices
-from mgpu_gui.core.engines import Engine
+from mgpu_gui.core.engines import Engine, backend_env
 from mgpu_gui.core.errors import ConfigError, UserError
 from mgpu_gui.core.runs import preflight
 from mgpu_gui.core.tools.scaling import (
@@ -264,7 +264,7 @@ class ScaleRunner:
         request = {"config": config.to_dict(), "plan": json.loads(count.plan.to_json()),
                    "steps": self.request.steps, "warmup": self.request.warmup}
         ended = self._children.run(
-            self.command, request, count.plan.env,
+            self.command, request, {**count.plan.env, **backend_env(config.engine)},
             lambda message: self._handle(message, index, total, count), self.on_output)
         if ended is None:
             return self._not_run(count, PointStatus.CANCELLED, "cancelled before it ran")
