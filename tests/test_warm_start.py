@@ -190,6 +190,27 @@ def test_spawn_forks_what_the_starter_serves_and_starts_the_rest_fresh(starter, 
     assert started == [WarmChild, subprocess.Popen, subprocess.Popen]
 
 
+def test_a_process_shares_its_parents_starter_and_starts_its_own_at_its_second_child(
+        monkeypatch, tmp_path):
+    monkeypatch.delenv(OFF_ENV)
+    started = []
+    monkeypatch.setattr(warm_start._Starter, "_start", lambda self: started.append(self))
+    folder = tmp_path / "parents"
+    folder.mkdir()
+    monkeypatch.setenv(STARTER_ENV, str(folder / "starter.sock"))
+    inherited = warm_start._Starter()
+    assert [inherited.address(start=True) for _ in range(3)] == [str(folder / "starter.sock")] * 3
+    folder.rmdir()  # the parent's starter ended (the queue runner outlived the window)
+    assert [inherited.address(start=True) for _ in range(2)] == [None, None]
+    assert started == [inherited]  # at its second child
+    monkeypatch.delenv(STARTER_ENV)
+    own = warm_start._Starter()
+    assert own.address(start=False) is None and own.address(start=True) is None
+    assert started == [inherited]  # a child that could not use it does not count
+    own.address(start=True)
+    assert started == [inherited, own]
+
+
 def test_only_what_imports_read_must_match():
     mine = {"PYTHONPATH": "/a:/b", "HOME": "/h", "KERAS_BACKEND": "tensorflow", "X": "1"}
     assert early_difference(mine, {"PYTHONPATH": "/b:/a:/b", "HOME": "/h", "Y": "2"}) is None

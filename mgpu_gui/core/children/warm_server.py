@@ -170,7 +170,10 @@ class Server:
             if pid == 0:
                 self.become(request, fds, conn)  # never returns
             self.children[pid] = conn
-            conn.send(json.dumps({"pid": pid}).encode())
+            try:
+                conn.send(json.dumps({"pid": pid}).encode())
+            except OSError:  # the client gave up waiting: it starts its child fresh
+                os.kill(pid, signal.SIGKILL)
         except (OSError, ValueError, KeyError) as error:
             with contextlib.suppress(OSError):
                 conn.send(json.dumps({"refused": f"{type(error).__name__}: {error}"}).encode())

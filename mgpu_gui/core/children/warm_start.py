@@ -46,7 +46,7 @@ from mgpu_gui.core.children.warm_server import Request
 
 STARTER_ENV = "MGPU_GUI_WARM_STARTER"
 OFF_ENV = "MGPU_GUI_WARM_START"
-ANSWER_TIMEOUT_S = 10.0
+ANSWER_TIMEOUT_S = 30.0  # a fork takes milliseconds; this is a starter that is stuck
 
 
 class WarmStartRefused(Exception):
@@ -90,7 +90,7 @@ class WarmChild:
             request = Request(module, tuple(command[3:]), env, cwd or os.getcwd(),
                               {1: 0, 2: 0, 0: 1, **{fd: 2 + i for i, fd in enumerate(pass_fds)}})
             socket.send_fds(conn, [request.to_json().encode()], [*theirs, *pass_fds])
-            answer = json.loads(conn.recv(4096) or b'{"refused": "the starter ended"}')
+            answer = json.loads(_answer(conn) or b'{"refused": "the starter ended"}')
             if "refused" in answer:
                 raise WarmStartRefused(answer["refused"])
             conn.settimeout(None)
@@ -155,6 +155,21 @@ class WarmChild:
                 self._orphaned = True
 
 
+def _answer(conn: socket.socket) -> bytes:
+    """The starter's answer to a request; after ANSWER_TIMEOUT_S the request is withdrawn
+    (the caller starts its child fresh), and a child forked meanwhile is killed: never
+    two of one child."""
+    try:
+        return conn.recv(4096)
+    except TimeoutError:
+        with contextlib.suppress(OSError, ValueError):
+            late = json.loads(conn.recv(4096, socket.MSG_DONTWAIT) or b"{}")
+            if "pid" in late:
+                os.kill(late["pid"], signal.SIGKILL)
+        conn.shutdown(socket.SHUT_RDWR)  # a pid sent from now on fails: the starter kills it
+        raise
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -211,8 +226,10 @@ class _Starter:
         """Where a warm starter will listen (None: none will): children are told, so
         that theirs use it too. `start`: this process could use one for a child now."""
         with self._lock:
-            if self._proc is None and os.environ.get(STARTER_ENV):
-                return os.environ[STARTER_ENV]
+            inherited = os.environ.get(STARTER_ENV) if self._proc is None else None
+            # Its folder goes when it ends (the queue runner outlives the window's).
+            if inherited and os.path.isdir(os.path.dirname(inherited)):
+                return inherited
             if os.environ.get(OFF_ENV) == "0":
                 return None
             self._asked += start
