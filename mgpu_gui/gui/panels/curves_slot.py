@@ -1,4 +1,4 @@
-"""The curves' place in the window, filled right after the window's first paint.
+"""The curves' place in the window, filled once the window has painted its GPUs.
 
 The curves panel is pyqtgraph and five plots: its import and build took 0.4 s of a 1.1 s
 start (process start to the first painted window, two cores; issue 30, finding 11). The
