@@ -107,6 +107,56 @@ def test_a_warm_child_gets_its_arguments_environment_folder_streams_and_session(
     assert output(child).split() == [b"out", b"err"]  # stdout and stderr on one pipe
 
 
+CLIENT = """
+import json, os, resource, sys
+from mgpu_gui.core.children.warm_start import WarmChild, WarmStartRefused
+address, how = sys.argv[1], sys.argv[2]
+if how == "nice":
+    os.nice(3)
+    os.umask(0o027)
+elif how == "limits":
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft - 1, hard))
+events_r, events_w = os.pipe()
+command = [sys.executable, "-m", "tests.helpers.warm_child", "--events-fd", str(events_w)]
+env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+try:
+    child = WarmChild.start(address, command, command[2], env, None, (events_w,), False)
+except WarmStartRefused as refused:
+    print(json.dumps({"refused": str(refused)}))
+    sys.exit()
+os.close(events_w)
+report = json.loads(os.fdopen(events_r).readline())
+child.wait()
+print(json.dumps({"nice": report["nice"], "umask": report["umask"]}))
+"""
+
+
+def client(starter: Starter, how: str, *prefix: str) -> dict:
+    """What a request from another process (`how` it differs, run under `prefix`) got."""
+    done = subprocess.run([*prefix, sys.executable, "-c", CLIENT, starter.address, how],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60, check=True)
+    return json.loads(done.stdout)
+
+
+def test_a_warm_child_has_its_requesters_priority_and_umask(starter):
+    assert client(starter, "nice") == {"nice": os.getpriority(os.PRIO_PROCESS, 0) + 3,
+                                       "umask": 0o027}
+
+
+@pytest.mark.parametrize(("how", "prefix", "why"), [
+    ("limits", (), "other resource limits"),
+    ("namespace", ("unshare", "--user", "--map-root-user", "--mount"), "namespace")])
+def test_a_request_from_a_process_a_fork_would_not_be_like_is_refused(starter, how, prefix,
+                                                                       why):
+    """A child started by a process in a container, under `unshare` (test_faults' full
+    disk), with other limits..., must be that process's child: the starter's fork would
+    see the starter's mounts (a folder that was not there: CI 20)."""
+    if prefix and subprocess.run([*prefix, "true"], capture_output=True).returncode:
+        pytest.skip("unshare is not allowed here")
+    assert why in client(starter, how, *prefix)["refused"]
+
+
 @pytest.mark.parametrize(("request_", "code", "said"), [
     ({}, 0, b""), ({"exit": 7}, 7, b""), ({"raise": True}, 1, b"RuntimeError: asked to fail"),
     ({"interrupt": True}, -signal.SIGINT, b"")])

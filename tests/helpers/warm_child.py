@@ -2,7 +2,8 @@
 
     python -m tests.helpers.warm_child --events-fd N  < {"exit": 0, "raise": false, ...}
 
-One JSON line on the pipe N: its argv, environment, folder, sys.path[0], pid and session;
+One JSON line on the pipe N: its argv, environment, folder, sys.path[0], pid, session,
+priority and umask;
 "out" on stdout and "err" on stderr; then it exits with "exit", raises, sleeps or is
 interrupted, as the request on stdin says.
 """
@@ -26,7 +27,9 @@ def main() -> int:
         pipe.write(json.dumps({"argv": sys.argv[1:], "env": dict(os.environ), "cwd": os.getcwd(),
                                "path0": sys.path[0], "pid": os.getpid(), "sid": os.getsid(0),
                                "sigint": signal.getsignal(signal.SIGINT) is
-                               signal.default_int_handler}) + "\n")
+                               signal.default_int_handler,
+                               "nice": os.getpriority(os.PRIO_PROCESS, 0),
+                               "umask": os.umask(0)}) + "\n")
     print("out", flush=True)
     print("err", file=sys.stderr, flush=True)
     time.sleep(request.get("sleep", 0))

@@ -12,7 +12,10 @@ core/children/warm_start.py).
 
 A fork is only like a fresh start where the environment the preloaded modules read while
 they were imported is the same: a request whose environment differs from the starter's
-in one of `EARLY_VARIABLES` is refused (the client then starts the child fresh). Forking
+in an early variable (`early`) is refused (the client then starts the child fresh). So is
+one from a process a fork would not be a child of: in other namespaces (a container,
+`unshare`: the fork would see the starter's mounts), another cgroup, user, groups,
+capabilities or resource limits (`peer_of`); the fork takes its umask and priority. Forking
 is safe here because the starter has run nothing: no engine op, no device query, no CUDA
 (it sees no GPU), only imports; its single extra native thread is OpenBLAS's, which
 re-creates its pool after a fork.
@@ -28,6 +31,7 @@ import os
 import selectors
 import signal
 import socket
+import struct
 import sys
 import threading
 import traceback
@@ -46,6 +50,58 @@ MAX_REQUEST_BYTES = 1 << 20
 MAX_FDS = 16
 REQUEST_TIMEOUT_S = 5.0
 EVENT = "mgpu_gui.warm_start"  # audited in each warm child: (module, engines already imported)
+
+
+# What a child inherits from the process that starts it, beyond its environment: a request
+# from a process that differs in any of these is refused (a fork would get the starter's).
+NAMESPACES = ("mnt", "pid", "net", "user", "ipc", "uts", "cgroup")
+STATUS_FIELDS = ("Groups", "NoNewPrivs", "Seccomp", "CapInh", "CapPrm", "CapEff", "CapBnd")
+
+
+@dataclass(frozen=True)
+class Peer:
+    """What the fork takes from the requesting process: its umask and priority."""
+
+    umask: int
+    nice: int
+
+
+def peer_of(conn: socket.socket) -> Peer | str:
+    """The requesting process's umask and priority, or why a fork of this process would
+    not be like a child of that one (its namespaces, cgroup, user, groups, capabilities,
+    resource limits; a higher priority than this process's)."""
+    pid, uid, gid = struct.unpack("3i", conn.getsockopt(
+        socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+    if (uid, gid) != (os.getuid(), os.getgid()):
+        return "it runs as another user"
+    try:
+        for namespace in NAMESPACES:
+            if os.readlink(f"/proc/{pid}/ns/{namespace}") != os.readlink(
+                    f"/proc/self/ns/{namespace}"):
+                return f"it runs in another {namespace} namespace (a container, or unshare)"
+        for name, why in (("cgroup", "another cgroup"), ("limits", "other resource limits")):
+            if _read(f"/proc/{pid}/{name}") != _read(f"/proc/self/{name}"):
+                return f"it runs with {why}"
+        theirs, mine = _status(pid), _status("self")
+        for field in STATUS_FIELDS:
+            if theirs.get(field) != mine.get(field):
+                return f"its {field} differ from the warm process's"
+        nice = os.getpriority(os.PRIO_PROCESS, pid)
+    except OSError as error:
+        return f"its process could not be looked at ({error.strerror})"
+    if nice < os.getpriority(os.PRIO_PROCESS, 0):
+        return "it runs at a higher priority than the warm process"
+    return Peer(int(theirs["Umask"], 8), nice)
+
+
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8") as file:
+        return file.read()
+
+
+def _status(pid: int | str) -> dict[str, str]:
+    lines = _read(f"/proc/{pid}/status").splitlines()
+    return {name: value.strip() for name, _, value in (line.partition(":") for line in lines)}
 
 
 def early(name: str) -> bool:
@@ -156,7 +212,8 @@ class Server:
         try:
             message, fds, _, _ = socket.recv_fds(conn, MAX_REQUEST_BYTES, MAX_FDS)
             request = Request.from_json(message.decode())
-            refused = self.refusal(request, fds, conn)
+            peer = peer_of(conn)
+            refused = peer if isinstance(peer, str) else self.refusal(request, fds, conn)
             if refused:
                 with contextlib.suppress(OSError):  # its log is for a curious user only
                     print(f"not forked: {request.module} ({refused})", flush=True)
@@ -168,7 +225,8 @@ class Server:
                     stream.flush()
             pid = os.fork()
             if pid == 0:
-                self.become(request, fds, conn)  # never returns
+                assert isinstance(peer, Peer)
+                self.become(request, peer, fds, conn)  # never returns
             self.children[pid] = conn
             try:
                 conn.send(json.dumps({"pid": pid}).encode())
@@ -207,7 +265,8 @@ class Server:
             listed = {int(entry.name) for entry in entries}
         return {fd for fd in listed - own - {0, 1, 2} if _is_open(fd)}  # less the listing's
 
-    def become(self, request: Request, fds: list[int], conn: socket.socket) -> None:
+    def become(self, request: Request, peer: Peer, fds: list[int],
+               conn: socket.socket) -> None:
         """In the fork: drop the starter's own descriptors and signal handling, take the
         request's, and run its module as a fresh interpreter would."""
         code = 1
@@ -224,6 +283,9 @@ class Server:
                     os.close(fd)
             _place_fds(request.fds, fds)
             os.setsid()
+            os.umask(peer.umask)
+            if peer.nice != os.getpriority(os.PRIO_PROCESS, 0):
+                os.setpriority(os.PRIO_PROCESS, 0, peer.nice)
             os.chdir(request.cwd)
             os.environ.clear()
             os.environ.update(request.env)
@@ -291,4 +353,4 @@ def _run_as_main(module: str) -> int:
     return code
 
 
-__all__ = ["EVENT", "Request", "early_difference", "serve"]
+__all__ = ["EVENT", "Peer", "Request", "early_difference", "peer_of", "serve"]
