@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -314,3 +315,25 @@ def test_the_apps_starter_forks_engine_children_once_it_is_ready(monkeypatch, tm
     assert len(set(answers)) == 1 and "missing.npy" in answers[0]
     assert kinds == [subprocess.Popen, subprocess.Popen, WarmChild, WarmChild]
     assert max(seconds[2:]) < min(seconds[:2]) / 3
+
+
+@pytest.mark.slow
+def test_the_apps_starter_leaves_no_folder_when_it_is_terminated(tmp_path):
+    folder = Path(tempfile.mkdtemp(prefix="mgpu-warm-", dir=tmp_path))
+    alive_r, alive_w = os.pipe()
+    starter = subprocess.Popen(
+        module_command(Child.WARM_STARTER, "--socket", str(folder / "starter.sock"),
+                       "--alive-fd", str(alive_r)), pass_fds=(alive_r,),
+        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    os.close(alive_r)
+    try:
+        wait_for(lambda: (folder / "starter.sock").exists(), 120, "the starter")
+        starter.terminate()
+        assert starter.wait(timeout=30) == 0
+    finally:
+        os.close(alive_w)
+        if starter.poll() is None:
+            starter.kill()
+            starter.wait()
+    assert not folder.exists()
