@@ -36,6 +36,7 @@ import sys
 import threading
 import traceback
 from dataclasses import dataclass
+from pathlib import Path
 
 from mgpu_gui.core.children.launch import run_as_main
 
@@ -66,42 +67,59 @@ class Peer:
     nice: int
 
 
-def peer_of(conn: socket.socket) -> Peer | str:
-    """The requesting process's umask and priority, or why a fork of this process would
-    not be like a child of that one (its namespaces, cgroup, user, groups, capabilities,
-    resource limits; a higher priority than this process's)."""
+@dataclass(frozen=True)
+class Identity:
+    """What a process passes on to the children it starts, besides its environment."""
+
+    uid: int
+    gid: int
+    namespaces: tuple[str, ...]
+    cgroup: str
+    limits: str
+    status: dict[str, str]
+    nice: int
+
+    @classmethod
+    def of(cls, pid: int | str, uid: int, gid: int) -> Identity:
+        """`pid`'s, from /proc ("self": this process's); OSError if it cannot be read."""
+        proc = Path("/proc", str(pid))
+        fields = (line.partition(":") for line in (proc / "status").read_text().splitlines())
+        status = {name: value.strip() for name, _, value in fields}
+        return cls(uid, gid, tuple(os.readlink(proc / "ns" / n) for n in NAMESPACES),
+                   (proc / "cgroup").read_text(), (proc / "limits").read_text(), status,
+                   os.getpriority(os.PRIO_PROCESS, 0 if pid == "self" else int(pid)))
+
+    def difference(self, theirs: Identity) -> str | None:
+        """Why a fork of this process would not be like a child of `theirs`, if it would
+        not (a process may lower its priority, never raise it)."""
+        if (theirs.uid, theirs.gid) != (self.uid, self.gid):
+            return "it runs as another user"
+        pairs = zip(NAMESPACES, self.namespaces, theirs.namespaces, strict=True)
+        for namespace, mine, its in pairs:
+            if mine != its:
+                return f"it runs in another {namespace} namespace (a container, or unshare)"
+        if theirs.cgroup != self.cgroup:
+            return "it runs with another cgroup"
+        if theirs.limits != self.limits:
+            return "it runs with other resource limits"
+        for field in STATUS_FIELDS:
+            if theirs.status.get(field) != self.status.get(field):
+                return f"its {field} differ from the warm process's"
+        if theirs.nice < self.nice:
+            return "it runs at a higher priority than the warm process"
+        return None
+
+
+def peer_of(conn: socket.socket, own: Identity) -> Peer | str:
+    """The requesting process's umask and priority, or why a fork of this process (whose
+    identity is `own`) would not be like a child of that one."""
     pid, uid, gid = struct.unpack("3i", conn.getsockopt(
         socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
-    if (uid, gid) != (os.getuid(), os.getgid()):
-        return "it runs as another user"
     try:
-        for namespace in NAMESPACES:
-            if os.readlink(f"/proc/{pid}/ns/{namespace}") != os.readlink(
-                    f"/proc/self/ns/{namespace}"):
-                return f"it runs in another {namespace} namespace (a container, or unshare)"
-        for name, why in (("cgroup", "another cgroup"), ("limits", "other resource limits")):
-            if _read(f"/proc/{pid}/{name}") != _read(f"/proc/self/{name}"):
-                return f"it runs with {why}"
-        theirs, mine = _status(pid), _status("self")
-        for field in STATUS_FIELDS:
-            if theirs.get(field) != mine.get(field):
-                return f"its {field} differ from the warm process's"
-        nice = os.getpriority(os.PRIO_PROCESS, pid)
+        theirs = Identity.of(pid, uid, gid)
     except OSError as error:
         return f"its process could not be looked at ({error.strerror})"
-    if nice < os.getpriority(os.PRIO_PROCESS, 0):
-        return "it runs at a higher priority than the warm process"
-    return Peer(int(theirs["Umask"], 8), nice)
-
-
-def _read(path: str) -> str:
-    with open(path, encoding="utf-8") as file:
-        return file.read()
-
-
-def _status(pid: int | str) -> dict[str, str]:
-    lines = _read(f"/proc/{pid}/status").splitlines()
-    return {name: value.strip() for name, _, value in (line.partition(":") for line in lines)}
+    return own.difference(theirs) or Peer(int(theirs.status["Umask"], 8), theirs.nice)
 
 
 def early(name: str) -> bool:
@@ -163,6 +181,7 @@ class Server:
         self.alive_fd = alive_fd
         self.modules = modules
         self.env = dict(os.environ)
+        self.identity = Identity.of("self", os.getuid(), os.getgid())  # what forks inherit
         self.children: dict[int, socket.socket] = {}
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
@@ -212,7 +231,7 @@ class Server:
         try:
             message, fds, _, _ = socket.recv_fds(conn, MAX_REQUEST_BYTES, MAX_FDS)
             request = Request.from_json(message.decode())
-            peer = peer_of(conn)
+            peer = peer_of(conn, self.identity)
             refused = peer if isinstance(peer, str) else self.refusal(request, fds, conn)
             if refused:
                 with contextlib.suppress(OSError):  # its log is for a curious user only
@@ -295,7 +314,7 @@ class Server:
             sys.argv = [request.module, *request.args]
             sys.audit(EVENT, request.module,
                       tuple(m for m in ("tensorflow", "keras", "jax") if m in sys.modules))
-            code = _run_as_main(request.module)
+            code = _run_to_exit_code(request.module)
         finally:
             if code < 0:
                 signal.signal(-code, signal.SIG_DFL)
@@ -324,7 +343,7 @@ def _is_open(fd: int) -> bool:
     return True
 
 
-def _run_as_main(module: str) -> int:
+def _run_to_exit_code(module: str) -> int:
     """Run `module` as `python -m` would, to the same exit code: SystemExit's, 1 after an
     uncaught exception (its traceback on stderr), and the same end (threads, atexit)."""
     code = 0
@@ -353,4 +372,4 @@ def _run_as_main(module: str) -> int:
     return code
 
 
-__all__ = ["EVENT", "Peer", "Request", "early_difference", "peer_of", "serve"]
+__all__ = ["EVENT", "Identity", "Peer", "Request", "early_difference", "peer_of", "serve"]
