@@ -10,6 +10,7 @@ import compileall
 import gc
 import json
 import os
+import shutil
 import sys
 import tempfile
 from collections import Counter
@@ -17,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from mgpu_gui.core.children.warm_start import OFF_ENV
+from mgpu_gui.core.children import warm_start
+from mgpu_gui.core.children.launch import LOG_DIR_ENV
 from mgpu_gui.gui import gc_guard
 from tests.helpers import engine_starts
 
@@ -47,6 +49,10 @@ _ENGINES_BEFORE = pytest.StashKey[set]()
 ROOT = Path(__file__).resolve().parents[1]
 MODULE_SECONDS = Path(__file__).parent / "module_seconds.json"
 os.environ[engine_starts.LOG_ENV] = str(_ENGINE_LOG)
+# Children's logs go to a temporary folder, never the user's, from the start: a module- or
+# session-scoped fixture's children start before the per-test folder (_isolated_logs).
+_LOG_DIR = tempfile.mkdtemp(prefix="mgpu-test-logs-")
+os.environ[LOG_DIR_ENV] = _LOG_DIR
 engine_starts.with_child_site(os.environ)
 
 
@@ -62,6 +68,7 @@ def pytest_configure(config):
 
 def pytest_unconfigure(config):
     _ENGINE_LOG.unlink(missing_ok=True)
+    shutil.rmtree(_LOG_DIR, ignore_errors=True)
 
 
 def pytest_xdist_auto_num_workers(config):
@@ -187,7 +194,7 @@ def store():
 @pytest.fixture(autouse=True)
 def _isolated_logs(tmp_path_factory, monkeypatch):
     """Children's log files (export, the TensorFlow check) go to a temporary folder."""
-    monkeypatch.setenv("MGPU_GUI_LOG_DIR", str(tmp_path_factory.mktemp("logs")))
+    monkeypatch.setenv(LOG_DIR_ENV, str(tmp_path_factory.mktemp("logs")))
 
 
 @pytest.fixture(autouse=True)
@@ -204,9 +211,15 @@ def _no_network(monkeypatch):
 def _warm_starts_in_slow_tests_only(request, monkeypatch):
     """A test without `slow` starts no engine: neither a warm starter (it imports one) nor a
     child forked from one (which has one imported; mgpu_gui/core/children/warm_start.py).
-    Its children start fresh, and the check below sees the engines they import."""
-    if not request.node.get_closest_marker("slow"):
-        monkeypatch.setenv(OFF_ENV, "0")
+    Its children start fresh, and the check below sees the engines they import.
+    A slow test's process starts its starter at once, not at its second child: the CLIs,
+    supervisors and replica hosts its tests start share it from their first child on
+    (a CLI starts one worker, which starts one export check: each was a fresh TensorFlow,
+    about 45 of them in a suite run)."""
+    if request.node.get_closest_marker("slow"):
+        warm_start.start_starter()
+    else:
+        monkeypatch.setenv(warm_start.OFF_ENV, "0")
 
 
 @pytest.fixture(autouse=True)

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from mgpu_gui.core.children import warm_start
 from mgpu_gui.core.events import Event, parse_event
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -16,6 +17,9 @@ ROOT = Path(__file__).resolve().parents[2]
 class ReplicaHost:
     def __init__(self, replicas: int):
         self.replicas = replicas
+        # Made by a module- or session-scoped fixture, before the test's own start: its
+        # export checks share this process's starter rather than start one of their own.
+        warm_start.start_starter()
         events_r, events_w = os.pipe()
         env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2",
                "PYTHONPATH": str(ROOT)}

@@ -226,16 +226,26 @@ class _Starter:
         """Where a warm starter will listen (None: none will): children are told, so
         that theirs use it too. `start`: this process could use one for a child now."""
         with self._lock:
-            inherited = os.environ.get(STARTER_ENV) if self._proc is None else None
-            # Its folder goes when it ends (the queue runner outlives the window's).
-            if inherited and os.path.isdir(os.path.dirname(inherited)):
+            inherited = self._inherited()
+            if inherited or os.environ.get(OFF_ENV) == "0":
                 return inherited
-            if os.environ.get(OFF_ENV) == "0":
-                return None
             self._asked += start
             if self._proc is None and self._asked >= 2:
                 self._start()
             return None if self._socket is None else str(self._socket)
+
+    def start_now(self) -> None:
+        """Start one now, unless this process has one or its parent's serves it."""
+        with self._lock:
+            if self._proc is None and not self._inherited() \
+                    and os.environ.get(OFF_ENV) != "0":
+                self._start()
+
+    def _inherited(self) -> str | None:
+        """The parent's starter, named in this process's environment and still there (its
+        folder goes when it ends: the queue runner outlives the window's)."""
+        named = os.environ.get(STARTER_ENV) if self._proc is None else None
+        return named if named and os.path.isdir(os.path.dirname(named)) else None
 
     def _start(self) -> None:
         folder = Path(tempfile.mkdtemp(prefix="mgpu-warm-"))  # 0700: this user's only
@@ -265,4 +275,12 @@ class _Starter:
 
 _starter = _Starter()
 
-__all__ = ["OFF_ENV", "STARTER_ENV", "WarmChild", "WarmStartRefused", "spawn"]
+
+def start_starter() -> None:
+    """Start this process's warm starter now rather than at its second child: for a process
+    whose own children, and theirs, will start many (a test session's worker, whose tests
+    run CLIs that each start a worker and its export check)."""
+    _starter.start_now()
+
+
+__all__ = ["OFF_ENV", "STARTER_ENV", "WarmChild", "WarmStartRefused", "spawn", "start_starter"]
