@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -46,12 +47,15 @@ serve(listener, int(sys.argv[2]), frozenset({"tests.helpers.warm_child"}))
 
 
 class Starter:
-    def __init__(self, folder: Path):
+    def __init__(self, folder: Path, nofile: tuple[int, int] | None = None):
+        """`nofile`: the starter's own open-file limits (soft, hard), where not this
+        process's."""
         alive_r, self.alive_w = os.pipe()
         self.address = str(folder / "starter.sock")
         self.proc = subprocess.Popen(
             [sys.executable, "-c", SERVER, self.address, str(alive_r)], pass_fds=(alive_r,),
-            stdout=subprocess.PIPE, cwd=ROOT, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+            stdout=subprocess.PIPE, cwd=ROOT, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+            preexec_fn=nofile and (lambda: resource.setrlimit(resource.RLIMIT_NOFILE, nofile)))
         os.close(alive_r)
         assert self.proc.stdout is not None and self.proc.stdout.readline() == b"ready\n"
         self.proc.stdout.close()
@@ -129,7 +133,7 @@ except WarmStartRefused as refused:
 os.close(events_w)
 report = json.loads(os.fdopen(events_r).readline())
 child.wait()
-print(json.dumps({"nice": report["nice"], "umask": report["umask"]}))
+print(json.dumps({key: report[key] for key in ("nice", "umask", "nofile")}))
 """
 
 
@@ -140,22 +144,33 @@ def client(starter: Starter, how: str, *prefix: str) -> dict:
     return json.loads(done.stdout)
 
 
-def test_a_warm_child_has_its_requesters_priority_and_umask(starter):
+def test_a_warm_child_has_its_requesters_priority_umask_and_lower_limits(starter):
+    """A process may lower its limits (test_faults' crashes allow no core file): its
+    child has them, forked or not."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     assert client(starter, "nice") == {"nice": os.getpriority(os.PRIO_PROCESS, 0) + 3,
-                                       "umask": 0o027}
+                                       "umask": 0o027, "nofile": [soft, hard]}
+    assert client(starter, "limits")["nofile"] == [soft - 1, hard]
 
 
 @pytest.mark.parametrize(("how", "prefix", "why"), [
-    ("limits", (), "other resource limits"),
+    ("limits", (), "a higher resource limit"),
     ("namespace", ("unshare", "--user", "--map-root-user", "--mount"), "namespace")])
-def test_a_request_from_a_process_a_fork_would_not_be_like_is_refused(starter, how, prefix,
+def test_a_request_from_a_process_a_fork_would_not_be_like_is_refused(tmp_path, how, prefix,
                                                                        why):
     """A child started by a process in a container, under `unshare` (test_faults' full
-    disk), with other limits..., must be that process's child: the starter's fork would
-    see the starter's mounts (a folder that was not there: CI 20)."""
+    disk), allowed more than the starter..., must be that process's child: the starter's
+    fork would see the starter's mounts (a folder that was not there: CI 20), and could
+    not raise its own hard limits."""
     if prefix and subprocess.run([*prefix, "true"], capture_output=True).returncode:
         pytest.skip("unshare is not allowed here")
-    assert why in client(starter, how, *prefix)["refused"]
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    starter = Starter(tmp_path, nofile=(soft - 2, hard - 2) if how == "limits" else None)
+    try:
+        assert why in client(starter, how, *prefix)["refused"]
+    finally:
+        os.close(starter.alive_w)
+        starter.proc.wait(timeout=20)
 
 
 @pytest.mark.parametrize(("request_", "code", "said"), [

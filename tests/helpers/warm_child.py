@@ -3,7 +3,7 @@
     python -m tests.helpers.warm_child --events-fd N  < {"exit": 0, "raise": false, ...}
 
 One JSON line on the pipe N: its argv, environment, folder, sys.path[0], pid, session,
-priority and umask;
+priority, umask and open-file limits;
 "out" on stdout and "err" on stderr; then it exits with "exit", raises, sleeps or is
 interrupted, as the request on stdin says.
 """
@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import signal
 import sys
 import time
@@ -29,7 +30,8 @@ def main() -> int:
                                "sigint": signal.getsignal(signal.SIGINT) is
                                signal.default_int_handler,
                                "nice": os.getpriority(os.PRIO_PROCESS, 0),
-                               "umask": os.umask(0)}) + "\n")
+                               "umask": os.umask(0),
+                               "nofile": resource.getrlimit(resource.RLIMIT_NOFILE)}) + "\n")
     print("out", flush=True)
     print("err", file=sys.stderr, flush=True)
     time.sleep(request.get("sleep", 0))

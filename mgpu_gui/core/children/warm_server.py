@@ -15,10 +15,10 @@ they were imported is the same: a request whose environment differs from the sta
 in an early variable (`early`) is refused (the client then starts the child fresh). So is
 one from a process a fork would not be a child of: in other namespaces (a container,
 `unshare`: the fork would see the starter's mounts), another cgroup, user, groups,
-capabilities or resource limits (`peer_of`); the fork takes its umask and priority. Forking
-is safe here because the starter has run nothing: no engine op, no device query, no CUDA
-(it sees no GPU), only imports; its single extra native thread is OpenBLAS's, which
-re-creates its pool after a fork.
+capabilities or higher resource limits (`peer_of`); the fork takes its umask, priority and
+limits. Forking is safe here because the starter has run nothing: no engine op, no device
+query, no CUDA (it sees no GPU), only imports; its single extra native thread is
+OpenBLAS's, which re-creates its pool after a fork.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import contextlib
 import fcntl
 import json
 import os
+import resource
 import selectors
 import signal
 import socket
@@ -59,12 +60,19 @@ NAMESPACES = ("mnt", "pid", "net", "user", "ipc", "uts", "cgroup")
 STATUS_FIELDS = ("Groups", "NoNewPrivs", "Seccomp", "CapInh", "CapPrm", "CapEff", "CapBnd")
 
 
+# Each resource once (RLIMIT_OFILE is RLIMIT_NOFILE), in a fixed order.
+LIMITS = tuple(sorted({getattr(resource, name) for name in dir(resource)
+                       if name.startswith("RLIMIT_")}))
+
+
 @dataclass(frozen=True)
 class Peer:
-    """What the fork takes from the requesting process: its umask and priority."""
+    """What the fork takes from the requesting process: its umask, priority and resource
+    limits (soft, hard: one pair per LIMITS entry)."""
 
     umask: int
     nice: int
+    limits: tuple[tuple[int, int], ...]
 
 
 @dataclass(frozen=True)
@@ -75,7 +83,7 @@ class Identity:
     gid: int
     namespaces: tuple[str, ...]
     cgroup: str
-    limits: str
+    limits: tuple[tuple[int, int], ...]
     status: dict[str, str]
     nice: int
 
@@ -85,13 +93,15 @@ class Identity:
         proc = Path("/proc", str(pid))
         fields = (line.partition(":") for line in (proc / "status").read_text().splitlines())
         status = {name: value.strip() for name, _, value in fields}
+        number = os.getpid() if pid == "self" else int(pid)
         return cls(uid, gid, tuple(os.readlink(proc / "ns" / n) for n in NAMESPACES),
-                   (proc / "cgroup").read_text(), (proc / "limits").read_text(), status,
-                   os.getpriority(os.PRIO_PROCESS, 0 if pid == "self" else int(pid)))
+                   (proc / "cgroup").read_text(),
+                   tuple(resource.prlimit(number, limit) for limit in LIMITS), status,
+                   os.getpriority(os.PRIO_PROCESS, number))
 
     def difference(self, theirs: Identity) -> str | None:
         """Why a fork of this process would not be like a child of `theirs`, if it would
-        not (a process may lower its priority, never raise it)."""
+        not (a process may lower its priority and its limits, never raise them)."""
         if (theirs.uid, theirs.gid) != (self.uid, self.gid):
             return "it runs as another user"
         pairs = zip(NAMESPACES, self.namespaces, theirs.namespaces, strict=True)
@@ -100,8 +110,9 @@ class Identity:
                 return f"it runs in another {namespace} namespace (a container, or unshare)"
         if theirs.cgroup != self.cgroup:
             return "it runs with another cgroup"
-        if theirs.limits != self.limits:
-            return "it runs with other resource limits"
+        if any(_above(hard, my_hard) or _above(soft, my_hard) for (soft, hard), (_, my_hard)
+               in zip(theirs.limits, self.limits, strict=True)):
+            return "it runs with a higher resource limit than the warm process"
         for field in STATUS_FIELDS:
             if theirs.status.get(field) != self.status.get(field):
                 return f"its {field} differ from the warm process's"
@@ -110,8 +121,13 @@ class Identity:
         return None
 
 
+def _above(limit: int, other: int) -> bool:
+    return other != resource.RLIM_INFINITY and (limit == resource.RLIM_INFINITY
+                                               or limit > other)
+
+
 def peer_of(conn: socket.socket, own: Identity) -> Peer | str:
-    """The requesting process's umask and priority, or why a fork of this process (whose
+    """The requesting process's umask, priority and limits, or why a fork of this process (whose
     identity is `own`) would not be like a child of that one."""
     pid, uid, gid = struct.unpack("3i", conn.getsockopt(
         socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
@@ -119,7 +135,8 @@ def peer_of(conn: socket.socket, own: Identity) -> Peer | str:
         theirs = Identity.of(pid, uid, gid)
     except OSError as error:
         return f"its process could not be looked at ({error.strerror})"
-    return own.difference(theirs) or Peer(int(theirs.status["Umask"], 8), theirs.nice)
+    return own.difference(theirs) or Peer(int(theirs.status["Umask"], 8), theirs.nice,
+                                          theirs.limits)
 
 
 def early(name: str) -> bool:
@@ -305,6 +322,9 @@ class Server:
             os.umask(peer.umask)
             if peer.nice != os.getpriority(os.PRIO_PROCESS, 0):
                 os.setpriority(os.PRIO_PROCESS, 0, peer.nice)
+            for limit, pair in zip(LIMITS, peer.limits, strict=True):
+                if resource.getrlimit(limit) != pair:
+                    resource.setrlimit(limit, pair)
             os.chdir(request.cwd)
             os.environ.clear()
             os.environ.update(request.env)
