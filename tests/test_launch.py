@@ -56,3 +56,22 @@ def test_only_child_entries_are_started_or_run(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["bundle", launch.MODULE_FLAG, Child.TF_FACTS.value, "y"])
     assert launch.run_module_from_argv() is True
     assert ran == [(Child.TF_FACTS.value,)] and sys.argv == [Child.TF_FACTS.value, "y"]
+
+
+def test_a_child_in_another_folder_is_shown_this_package_only_where_it_is_not_installed(
+        monkeypatch):
+    """The export verifier starts in a folder of its own. This venv has the app installed
+    (editable): the child finds it as this process does, its PYTHONPATH unchanged, so the
+    warm starter forks it (it was refused for a PYTHONPATH that differed, always). Run
+    from a checkout that is not installed, only the start folder finds the package: the
+    child is shown the checkout."""
+    import importlib.machinery
+    from pathlib import Path
+
+    root = str(Path(launch.__file__).resolve().parents[3])
+    assert launch.pythonpath_for_child({"PYTHONPATH": "/x"}) == "/x"
+    assert launch.pythonpath_for_child({}) is None
+    monkeypatch.setattr(sys, "meta_path", [importlib.machinery.PathFinder])
+    monkeypatch.setattr(sys, "path", [root, *(p for p in sys.path if p != root)])
+    assert launch.pythonpath_for_child({"PYTHONPATH": "/x"}) == f"{root}:/x"
+    assert launch.pythonpath_for_child({}) == root

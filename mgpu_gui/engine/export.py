@@ -42,7 +42,7 @@ from typing import Any
 import keras
 import numpy as np
 
-from mgpu_gui.core.children.launch import module_command
+from mgpu_gui.core.children.launch import module_command, pythonpath_for_child
 from mgpu_gui.core.children.runner import ChildProcesses, died_text
 from mgpu_gui.core.config import EXPORT_FORMATS
 from mgpu_gui.core.engines import Engine, installed
@@ -366,18 +366,17 @@ def _run_verifier(fmt: str, path: Path, x: np.ndarray, safe_mode: bool,
                   else str(Path(custom_objects_file).expanduser().absolute()))
         request = {"format": fmt, "path": str(path), "x": str(x_path), "y": str(y_path),
                    "safe_mode": safe_mode, "custom_objects": custom}
-        # Find this package even when it is not installed (a source checkout); the
-        # export must load without the training GPUs.
-        root = str(Path(__file__).resolve().parents[2])
+        # The export must load without the training GPUs; its folder is not this one.
         # And on the TensorFlow engine whatever trained it: a JAX run's export must load
         # there too (the worker's KERAS_BACKEND=jax would otherwise be inherited). Where
         # TensorFlow is not installed (a JAX-only machine), on the backend that trained it.
         backend = (Engine.TENSORFLOW.value if installed(Engine.TENSORFLOW)
                    else keras.backend.backend())
         # JAX_PLATFORMS: a JAX run on GPUs would pass on "cuda", which no GPU can satisfy.
-        env = {"CUDA_VISIBLE_DEVICES": "", "KERAS_BACKEND": backend, "JAX_PLATFORMS": "cpu",
-               "PYTHONPATH": os.pathsep.join(
-            p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+        env = {"CUDA_VISIBLE_DEVICES": "", "KERAS_BACKEND": backend, "JAX_PLATFORMS": "cpu"}
+        pythonpath = pythonpath_for_child(os.environ)
+        if pythonpath:
+            env["PYTHONPATH"] = pythonpath
         children = children or ChildProcesses("export-verifier-output")
         timer = threading.Timer(VERIFY_TIMEOUT_S, children.cancel)
         timer.start()

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.machinery
 import os
 import runpy
 import sys
+from collections.abc import Mapping
 from enum import StrEnum
 from pathlib import Path
 
@@ -66,6 +68,34 @@ def command_log(name: str) -> Path:
 
         folder = platformdirs.user_log_dir("mgpu-gui", appauthor=False)
     return Path(folder).expanduser() / f"{name}.log"
+
+
+def pythonpath_for_child(environ: Mapping[str, str]) -> str | None:
+    """The PYTHONPATH for a child that starts in a folder of its own (the export verifier):
+    this package's folder first where only the folder this process started in finds it
+    (`python -m mgpu_gui` in a source checkout that is not installed). An installed one,
+    editable too, is found anyway: a PYTHONPATH changed for nothing would also make the
+    warm starter refuse the child (core/children/warm_server.py)."""
+    current = environ.get("PYTHONPATH")
+    if getattr(sys, "frozen", False) or _found_anywhere():
+        return current
+    root = str(Path(__file__).resolve().parents[3])
+    return os.pathsep.join(p for p in (root, current) if p)
+
+
+def _found_anywhere() -> bool:
+    """Whether this very package is found without the folder this process started in."""
+    here = Path(__file__).resolve().parents[2] / "__init__.py"
+    for finder in sys.meta_path:
+        if finder is importlib.machinery.PathFinder:
+            spec = finder.find_spec(__package__.split(".")[0], sys.path[1:])
+        elif hasattr(finder, "find_spec"):  # an editable install's finder, a bundle's
+            spec = finder.find_spec(__package__.split(".")[0], None)
+        else:
+            continue
+        if spec is not None and spec.origin:
+            return Path(spec.origin).resolve() == here
+    return False
 
 
 class UnknownChildError(ValueError):
