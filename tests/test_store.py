@@ -446,3 +446,32 @@ def test_a_read_only_store_is_still_listed_as_it_is(tmp_path, capsys, monkeypatc
     with RunStore(path, read_only=True) as store, pytest.raises(sqlite3.OperationalError,
                                                                 match="readonly"):
         store.set_note(run_id, "x")
+
+
+def test_a_wal_store_on_a_read_only_mount_is_listed(tmp_path):
+    """Issue 29: a store in WAL mode, closed cleanly (no -shm file left), on a read-only
+    mount: SQLite cannot make the -shm file it opens with, so even a read-only open said
+    "unable to open database file". It is listed as it is, and a note cannot be added."""
+    mount = ["unshare", "--user", "--map-root-user", "--mount"]
+    if shutil.which("unshare") is None or subprocess.run(
+            [*mount, "true"], capture_output=True).returncode:
+        pytest.skip("unshare is not allowed here")
+    folder = tmp_path / "store"
+    folder.mkdir()
+    path = folder / "runs.sqlite3"
+    with RunStore(path) as store:
+        assert store.database.journal_mode == "wal"
+        make_run(store, tmp_path, "alpha")
+    assert sorted(p.name for p in folder.iterdir()) == ["runs.sqlite3"]
+    cli = ("import sys; from mgpu_gui.cli.main import main; "
+           "sys.exit(main(sys.argv[1:]))")
+    script = ('mount --bind "$1" "$1" && mount -o remount,ro,bind "$1" && shift && '
+              '"$@" runs && ! "$@" runs note 1 x')
+    done = subprocess.run([*mount, "sh", "-c", script, "sh", str(folder), sys.executable, "-c",
+                           cli, "--store", str(path)], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "alpha" in done.stdout and "is read-only: listed as it is" in done.stderr
+    assert f"The run store {path} cannot be written" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert sorted(p.name for p in folder.iterdir()) == ["runs.sqlite3"]

@@ -167,13 +167,17 @@ class ReadOnlyStoreError(StoreError):
     read (`StoreDatabase(read_only=True)`)."""
 
 
-def _read_only(error: sqlite3.DatabaseError) -> bool:
-    return "readonly" in str(error) or "read-only" in str(error)
+def _read_only(path: Path, error: sqlite3.DatabaseError) -> bool:
+    """SQLite's refusal to write; or, for a store in WAL mode whose folder cannot be
+    written (a read-only mount), its refusal to open without the `-shm` file it cannot make."""
+    said = str(error)
+    return "readonly" in said or "read-only" in said or (
+        "unable to open" in said and path.exists() and not os.access(path.parent, os.W_OK))
 
 
 def unusable_store_message(path: Path, error: sqlite3.DatabaseError) -> str:
     """What to tell a user whose store SQLite refuses: which file, why, what to do."""
-    if _read_only(error):
+    if _read_only(path, error):
         return (f"The run store {path} cannot be written ({error}): it or its folder is "
                 f"read-only. Copy it to a writable folder and point {STORE_ENV} (or --store) "
                 "at the copy.")
@@ -230,6 +234,12 @@ def retry(action: Callable[[], object]) -> object:
     raise AssertionError("unreachable")
 
 
+def _connect(target: Path | str) -> sqlite3.Connection:
+    """`target`: a path, or a `file:` URI."""
+    return sqlite3.connect(target, uri=isinstance(target, str), timeout=BUSY_TIMEOUT_MS / 1000,
+                           isolation_level=None, check_same_thread=False)
+
+
 class StoreDatabase:
     """One connection to the store file, migrated to the current schema."""
 
@@ -240,12 +250,11 @@ class StoreDatabase:
         self.note = ""  # said to the user when the journal mode had to change
         self.read_only = read_only
         try:
-            if not read_only:
+            if read_only:
+                self.db = self._open_read_only()
+            else:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.db = sqlite3.connect(f"{self.path.as_uri()}?mode=ro" if read_only
-                                      else self.path, uri=read_only,
-                                      timeout=BUSY_TIMEOUT_MS / 1000,
-                                      isolation_level=None, check_same_thread=False)
+                self.db = _connect(self.path)
         except (OSError, sqlite3.Error) as error:
             raise StoreError(f"Cannot open the run store {self.path}: {error}. Point "
                              f"{STORE_ENV} (or --store) at a writable file.") from error
@@ -261,11 +270,25 @@ class StoreDatabase:
                 self._migrate()
         except sqlite3.DatabaseError as error:  # not a database, damaged, or read-only
             self.db.close()
-            kind = ReadOnlyStoreError if _read_only(error) else StoreError
+            kind = ReadOnlyStoreError if _read_only(self.path, error) else StoreError
             raise kind(unusable_store_message(self.path, error)) from error
         except StoreError:
             self.db.close()
             raise
+
+    def _open_read_only(self) -> sqlite3.Connection:
+        """The store as it is. One in WAL mode whose `-shm` file is not there and cannot be
+        made (a read-only mount) opens only as immutable: nothing here can change it."""
+        for query in ("mode=ro", "mode=ro&immutable=1"):
+            db = _connect(f"{self.path.as_uri()}?{query}")
+            try:
+                db.execute("PRAGMA schema_version").fetchone()
+                return db
+            except sqlite3.OperationalError as error:
+                db.close()
+                if "unable to open" not in str(error) or "immutable" in query:
+                    raise
+        raise AssertionError("unreachable")
 
     def _check_current(self, version: int) -> None:
         """A read-only store is read as it is: one of an earlier schema would need writing."""
