@@ -33,17 +33,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import textwrap
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,145 +51,25 @@ from mgpu_gui.core.events import (  # noqa: E402
     EpochEnd,
     Event,
     ExportNotMade,
-    RunFailed,
     RunFinished,
     RunStarted,
     RunStatus,
-    parse_event,
 )
 from tests.zoo import BY_NAME, ENGINES, MODELS, ZooModel  # noqa: E402
+from tests.zoo.commands import (  # noqa: E402
+    TIMEOUT_S,
+    Cell,
+    judge_run,
+    judge_tool,
+    prepare_in_child,
+    run_cli,
+    train_command,
+    zoo_env,
+)
 
 STAGES = ("train", "stop", "resume", "evaluate", "predict", "export", "reload")
 EPOCHS, STOP_EPOCHS = 2, 4
-BUG_MARKERS = ("This is a bug", "Traceback (most recent call last)")
-TIMEOUT_S = 1200
 EXPORT_NAMES = {"keras": "model.keras", "h5": "model.h5", "savedmodel": "model_savedmodel"}
-
-
-def mgpu_train() -> list[str]:
-    """The venv's console script next to this Python, as users run it."""
-    script = Path(sys.executable).parent / "mgpu-train"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "mgpu_gui.cli.main"]
-
-
-@dataclass
-class Cell:
-    kind: str  # ok, refused_early, refused, na, failed_early, failed
-    text: str = ""
-
-    def show(self) -> str:
-        return {"ok": "✓" + (f" ({self.text})" if self.text else ""),
-                "na": "n/a" + (f" ({self.text})" if self.text else ""),
-                "refused_early": f"refused before training: {self.text}",
-                "refused": f"refused: {self.text}",
-                "failed_early": f"FAILED before training: {self.text}",
-                "failed": f"FAILED after training: {self.text}"}[self.kind]
-
-    def short(self) -> str:
-        return {"ok": "✓", "na": "n/a", "refused_early": "refused (before)",
-                "refused": "refused", "failed_early": "FAILED (before)",
-                "failed": "FAILED"}[self.kind]
-
-    @property
-    def failed(self) -> bool:
-        return self.kind.startswith("failed")
-
-
-@dataclass
-class Outcome:
-    """One command: its exit code, its events (with --json), its other output."""
-
-    rc: int
-    events: list[Event] = field(default_factory=list)
-    stdout: str = ""  # lines that are not events
-    stderr: str = ""
-    seconds: float = 0.0
-
-    def of(self, cls: type) -> list:
-        return [e for e in self.events if isinstance(e, cls)]
-
-    @property
-    def bug(self) -> bool:
-        return any(m in self.stderr or m in self.stdout for m in BUG_MARKERS)
-
-    def message(self, limit: int = 300) -> str:
-        """What went wrong as the user reads it: its first line, at most `limit` characters
-        (Keras' own messages can hold a whole config or array)."""
-        text = self._message()
-        return text if len(text) <= limit else text[:limit - 1] + "…"
-
-    def _message(self) -> str:
-        for line in self.stderr.splitlines():
-            if line.startswith("error:"):
-                return line.removeprefix("error:").strip()
-        for event in self.of(RunFailed) + self.of(ExportNotMade):
-            return event.message.strip().splitlines()[0]
-        for event in self.of(RunFinished):
-            if event.message:
-                return event.message.strip().splitlines()[0]
-        lines = [ln for ln in (self.stderr + "\n" + self.stdout).splitlines() if ln.strip()]
-        return lines[-1].strip() if lines else f"exit code {self.rc}, nothing said"
-
-
-def run_cli(args: list[str], log: Path, env: dict[str, str], on_event=None) -> Outcome:
-    """Run `mgpu-train ARGS`; events (JSON lines on stdout) go to `on_event(event, proc)`."""
-    started = time.monotonic()
-    with open(log.with_suffix(".stderr"), "w") as err:
-        proc = subprocess.Popen([*mgpu_train(), *args], stdout=subprocess.PIPE, stderr=err,
-                                text=True, cwd=ROOT, env=env)
-        timer = threading.Timer(TIMEOUT_S, proc.kill)
-        timer.start()
-        outcome = Outcome(rc=0)
-        other: list[str] = []
-        with open(log.with_suffix(".stdout"), "w") as raw:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                raw.write(line)
-                event = None
-                if line.startswith("{"):
-                    try:
-                        event = parse_event(line)
-                    except (ValueError, KeyError, TypeError):
-                        event = None
-                if event is None:
-                    other.append(line)
-                    continue
-                outcome.events.append(event)
-                if on_event is not None:
-                    on_event(event, proc)
-        outcome.rc = proc.wait()
-        timer.cancel()
-    outcome.stdout = "".join(other)
-    outcome.stderr = log.with_suffix(".stderr").read_text(errors="replace")
-    outcome.seconds = time.monotonic() - started
-    if outcome.rc in (-signal.SIGKILL, 137) and outcome.seconds >= TIMEOUT_S:
-        outcome.stderr += f"\nerror: timed out after {TIMEOUT_S} s (killed by the benchmark)"
-    return outcome
-
-
-def judge_run(outcome: Outcome, expect: int = 0) -> Cell:
-    """A training command (train, stop, resume): refused at once, done, or failed."""
-    epochs = outcome.of(EpochEnd)
-    if outcome.rc == expect and not outcome.bug:
-        return Cell("ok")
-    if outcome.rc == 2 and not epochs and not outcome.bug:
-        return Cell("refused_early", outcome.message())
-    return Cell("failed" if epochs else "failed_early",
-                f"exit {outcome.rc}: {outcome.message()}")
-
-
-def judge_tool(outcome: Outcome, entry: ZooModel, stage: str) -> Cell:
-    """A command on a trained model (evaluate, predict, export, resume). A refusal (exit 2)
-    is accepted only where the zoo entry names it as a limit the README states; a
-    trained model that a later stage refuses otherwise is a failure after training."""
-    if outcome.rc == 0 and not outcome.bug:
-        return Cell("ok")
-    message = outcome.message()
-    if outcome.rc == 2 and not outcome.bug:
-        if any(s == stage and words in message for s, words in entry.known_refusals):
-            return Cell("refused", message)
-        return Cell("failed", f"refused (exit 2): {message}")
-    return Cell("failed", f"exit {outcome.rc}: {message}")
 
 
 RELOAD = textwrap.dedent("""
@@ -281,16 +159,10 @@ def run_job(entry: ZooModel, engine: str, prepared: dict, out: Path, replicas: i
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     store = work / "store.sqlite"
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "TF_CPP_MIN_LOG_LEVEL": "2",
-           "PYTHONPATH": str(ROOT), "MGPU_GUI_STORE": str(store)}
-    env.pop("KERAS_BACKEND", None)
+    env = zoo_env(store)
     model = prepared["model"]
     custom = entry.custom_objects_path or (Path(model) if model.endswith(".py") else None)
-    base = ["--store", str(store), "train", "--model", model, "--data", prepared["data"],
-            "--cpu", "--replicas", str(replicas), "--batch-per-replica", "8", "--seed", "7",
-            "--engine", engine, "-o", str(work / "runs"), "--json", *entry.train_args]
-    if entry.custom_objects_path:
-        base += ["--custom-objects", str(entry.custom_objects_path)]
+    base = train_command(entry, prepared, work, engine, replicas)
     cells: dict[str, Cell] = {}
 
     train = run_cli([*base, "--epochs", str(EPOCHS), "--name", "train",
@@ -393,22 +265,6 @@ def _checkpoint(run_dir: Path) -> Path | None:
     return None
 
 
-def prepare(names: list[str], out: Path) -> dict[str, dict]:
-    """The zoo's data and generated model files, written by a child on TensorFlow."""
-    code = ("import json, sys; from dataclasses import asdict; from pathlib import Path; "
-            "from tests.zoo import prepare; "
-            "print('PREPARED ' + json.dumps({k: asdict(v) for k, v in "
-            "prepare(sys.argv[1].split(','), Path(sys.argv[2])).items()}))")
-    env = {**os.environ, "KERAS_BACKEND": "tensorflow", "TF_CPP_MIN_LOG_LEVEL": "3",
-           "CUDA_VISIBLE_DEVICES": "", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-c", code, ",".join(names), str(out)], cwd=ROOT,
-                          env=env, capture_output=True, text=True)
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("PREPARED ")]
-    if proc.returncode != 0 or not lines:
-        sys.exit(f"preparing the zoo failed:\n{proc.stderr[-3000:]}")
-    return json.loads(lines[-1].removeprefix("PREPARED "))
-
-
 def print_table(rows: list[tuple[str, str, dict[str, Cell], float]], width: int = 18) -> None:
     head = ["model", "engine", *STAGES, "s"]
     table = [[name, engine, *[cells[s].short() for s in STAGES], f"{seconds:.0f}"]
@@ -440,7 +296,7 @@ def main() -> int:
     out = (args.out or Path(tempfile.mkdtemp(prefix="mgpu-zoo-"))).absolute()
     out.mkdir(parents=True, exist_ok=True)
     print(f"Zoo: {len(names)} models on {', '.join(engines)}; files under {out}", flush=True)
-    prepared = prepare(names, out / "inputs")
+    prepared = prepare_in_child(names, out / "inputs")
     jobs = [(BY_NAME[n], e) for e in engines for n in names if e in BY_NAME[n].engines]
 
     def one(job: tuple[ZooModel, str]) -> tuple[str, str, dict[str, Cell], float]:
