@@ -9,8 +9,8 @@ The ones here are those where a late failure was found, and the ways of giving a
 nobody else in the suite uses: a subclassed model, a `.keras` with a custom layer, loss and
 metric, a binary sigmoid head, in-model augmentation that SavedModel cannot hold, a
 `create_model()` ResNet, a Keras 2 `multi_gpu_model` `.h5` (the repair this app began
-with), the multi-label and regression heads. The whole zoo, every stage (stop, resume, evaluate, predict,
-export, reload), on both engines: tests/benchmarks/zoo.py.
+with), the multi-label and regression heads. The whole zoo, every stage (stop, resume,
+evaluate, predict, export, reload), on both engines: tests/benchmarks/zoo.py.
 """
 
 from __future__ import annotations
