@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 
 from mgpu_gui.core.config import DEMO
 from mgpu_gui.core.errors import UserError
+from mgpu_gui.gui.jobs.thread_end import end_in_thread
 
 
 class _RunnerJob(QObject):
@@ -57,7 +58,7 @@ class _RunnerJob(QObject):
             self.failed.emit(f"The {self.what} failed unexpectedly: {type(error).__name__}: "
                              f"{error}")
         self.finished.emit(report)
-        QThread.currentThread().quit()
+        end_in_thread(self)
 
 
 class BackgroundJob(QObject):

@@ -29,6 +29,7 @@ from mgpu_gui.core.runs.folder import RunDir
 from mgpu_gui.core.runs.store import RunState as StoreState
 from mgpu_gui.core.runs.store import RunStore
 from mgpu_gui.gui.jobs.run_start import RunPreparer, StartKind, StartRequest
+from mgpu_gui.gui.jobs.thread_end import end_in_thread
 
 if TYPE_CHECKING:  # the supervisor loads with the first run: the window paints sooner
     from mgpu_gui.core.children.supervisor import PreparedRun, RunOutcome, WorkerProcess
@@ -66,7 +67,7 @@ class _EventReader(QObject):
         for event in self.worker.events():
             self.event.emit(event)
         self.finished.emit(self.worker.outcome())
-        QThread.currentThread().quit()  # from here: the controller's wait() must not deadlock
+        end_in_thread(self)  # from here: the controller's wait() must not deadlock
 
 
 class RunController(QObject):

@@ -29,6 +29,7 @@ from mgpu_gui.core.runs.cluster import (
     write_cluster,
 )
 from mgpu_gui.core.runs.store import RunStore
+from mgpu_gui.gui.jobs.thread_end import end_in_thread
 
 if TYPE_CHECKING:  # the supervisor loads in the preparing thread, at the first Train
     from mgpu_gui.core.children.supervisor import PreparedRun
@@ -117,7 +118,7 @@ class _Preparation(QObject):
         except Exception as failed:  # a bug must not leave the window waiting
             error = UserError(f"The run could not be prepared: {failed!r}")
         self.done.emit(self.generation, run, error)
-        QThread.currentThread().quit()
+        end_in_thread(self)
 
 
 class RunPreparer(QObject):
