@@ -23,7 +23,7 @@ import pytest
 from mgpu_gui.core.children import runner, warm_start
 from mgpu_gui.core.children.launch import Child, module_command
 from mgpu_gui.core.children.runner import ChildProcesses
-from mgpu_gui.core.children.warm_server import early_difference
+from mgpu_gui.core.children.warm_server import early_difference, sees_no_gpu
 from mgpu_gui.core.children.warm_start import (
     OFF_ENV,
     STARTER_ENV,
@@ -213,6 +213,19 @@ def test_the_starter_refuses_what_a_fork_would_get_wrong(starter):
     child, _ = start(starter, {})  # and goes on serving
     assert child.wait(timeout=20) == 0
     output(child)
+    # A test's fake GPUs (their made-up ids in CUDA_VISIBLE_DEVICES) are no GPU: forked.
+    fake = child_env(CUDA_VISIBLE_DEVICES="GPU-fake-0", MGPU_GUI_FAKE_GPUS="gpus.json")
+    child, _ = start(starter, {}, env=fake)
+    assert child.wait(timeout=20) == 0
+    output(child)
+
+
+def test_only_an_empty_device_list_or_fake_gpus_see_no_gpu():
+    assert sees_no_gpu({"CUDA_VISIBLE_DEVICES": ""})
+    assert sees_no_gpu({"CUDA_VISIBLE_DEVICES": "GPU-1", "MGPU_GUI_FAKE_GPUS": "gpus.json"})
+    assert not sees_no_gpu({})  # every GPU
+    assert not sees_no_gpu({"CUDA_VISIBLE_DEVICES": "0"})
+    assert not sees_no_gpu({"CUDA_VISIBLE_DEVICES": "0", "MGPU_GUI_FAKE_GPUS": ""})
 
 
 def test_the_starter_ends_after_its_owner_and_its_last_child(starter):

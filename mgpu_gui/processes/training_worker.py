@@ -182,6 +182,10 @@ def device_plan(run_dir: RunDir) -> DevicePlan:
     plan = DevicePlan.from_json(run_dir.plan_json.read_text())
     if not os.environ.get(FAKE_GPUS_VAR) or plan.kind is not DeviceKind.GPU:
         return plan
+    # Set here, not by apply_device_env's check: forked by the warm starter (which takes
+    # fake GPUs for none: core/children/warm_server.py), this process has TensorFlow
+    # imported already, as it would with this setting.
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
     return dataclasses.replace(
         plan, kind=DeviceKind.CPU, gpus=(), env={"CUDA_VISIBLE_DEVICES": ""},
         names=[f"CPU replica {i} (standing in for {name})" for i, name in enumerate(plan.names)])

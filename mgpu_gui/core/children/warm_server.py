@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mgpu_gui.core.children.launch import run_as_main
+from mgpu_gui.core.devices.nvml import FAKE_GPUS_VAR
 
 # What Python, NumPy's BLAS, TensorFlow and Keras read from the environment while they are
 # imported (prefixes, and names); the rest (CUDA_VISIBLE_DEVICES, TF_CONFIG, XLA_FLAGS,
@@ -137,6 +138,13 @@ def peer_of(conn: socket.socket, own: Identity) -> Peer | str:
         return f"its process could not be looked at ({error.strerror})"
     return own.difference(theirs) or Peer(int(theirs.status["Umask"], 8), theirs.nice,
                                           theirs.limits)
+
+
+def sees_no_gpu(env: dict[str, str]) -> bool:
+    """A child with this environment never starts CUDA, like the warm process: its
+    CUDA_VISIBLE_DEVICES is empty, or its GPUs are fake (tests: the training worker turns
+    them into CPU replicas, and no GPU matches their made-up ids)."""
+    return env.get("CUDA_VISIBLE_DEVICES") == "" or bool(env.get(FAKE_GPUS_VAR))
 
 
 def early(name: str) -> bool:
@@ -285,7 +293,7 @@ class Server:
         clash = sorted(held & set(request.fds))
         if clash:
             return f"descriptor {clash[0]} is in use in the warm process"
-        if request.env.get("CUDA_VISIBLE_DEVICES") != "":
+        if not sees_no_gpu(request.env):
             return "it may use a GPU (CUDA is only ever started in a fresh process)"
         name = early_difference(self.env, request.env)
         if name is not None:
@@ -392,4 +400,5 @@ def _run_to_exit_code(module: str) -> int:
     return code
 
 
-__all__ = ["EVENT", "Identity", "Peer", "Request", "early_difference", "peer_of", "serve"]
+__all__ = ["EVENT", "Identity", "Peer", "Request", "early_difference", "peer_of",
+           "sees_no_gpu", "serve"]

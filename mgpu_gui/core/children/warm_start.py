@@ -1,9 +1,9 @@
 """Start a child entry: forked from a warm starter where it can be, else a fresh interpreter.
 
 A child that imports TensorFlow and sees no GPU (`CUDA_VISIBLE_DEVICES=""`: a run on CPU
-replicas, an export's verifier, a model probe) is forked from the warm starter, a process
-that has imported TensorFlow and Keras once (processes/warm_starter.py): it is at work
-in a tenth of a second instead of 2-3 CPU-seconds. Its streams, pipes, session, folder
+replicas, an export's verifier, a model probe; or a test's fake GPUs) is forked from the
+warm starter, a process that has imported TensorFlow and Keras once
+(processes/warm_starter.py): it is at work in a tenth of a second instead of 2-3 CPU-seconds. Its streams, pipes, session, folder
 and environment are the same as a fresh start's, and so is what the parent sees: a pid,
 a `poll()`/`wait()` exit code, `kill()`.
 
@@ -42,7 +42,7 @@ from mgpu_gui.core.children.launch import (
     command_log,
     module_command,
 )
-from mgpu_gui.core.children.warm_server import Request
+from mgpu_gui.core.children.warm_server import Request, sees_no_gpu
 
 STARTER_ENV = "MGPU_GUI_WARM_STARTER"
 OFF_ENV = "MGPU_GUI_WARM_START"
@@ -186,8 +186,7 @@ def spawn(command: list[str], *, env: dict[str, str], pass_fds: Sequence[int] = 
     and stderr on one pipe, in its own session (a terminal's Ctrl-C reaches only its
     parent); stdin a pipe, or /dev/null."""
     module = _warm_module(command)
-    warm = (module is not None and env.get(OFF_ENV) != "0"
-            and env.get("CUDA_VISIBLE_DEVICES") == "")
+    warm = module is not None and env.get(OFF_ENV) != "0" and sees_no_gpu(env)
     address = _starter.address(start=warm)
     if address is not None:
         env = {**env, STARTER_ENV: address}
