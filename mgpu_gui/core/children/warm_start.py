@@ -3,9 +3,9 @@
 A child that imports TensorFlow and sees no GPU (`CUDA_VISIBLE_DEVICES=""`: a run on CPU
 replicas, an export's verifier, a model probe; or a test's fake GPUs) is forked from the
 warm starter, a process that has imported TensorFlow and Keras once
-(processes/warm_starter.py): it is at work in a tenth of a second instead of 2-3 CPU-seconds. Its streams, pipes, session, folder
-and environment are the same as a fresh start's, and so is what the parent sees: a pid,
-a `poll()`/`wait()` exit code, `kill()`.
+(processes/warm_starter.py): it is at work in a tenth of a second instead of 2-3
+CPU-seconds. Its streams, pipes, session, folder and environment are the same as a fresh
+start's, and so is what the parent sees: a pid, a `poll()`/`wait()` exit code, `kill()`.
 
 A process that starts such children starts a warm starter in the background at its second
 one (that child starts fresh: nothing ever waits for the starter), unless its environment
