@@ -190,3 +190,22 @@ def test_from_train_to_the_first_batch_the_status_names_the_step_and_its_time(pa
                                          "Starting the engine… 0 s")
     panel.run_ended()  # killed before a word
     assert not panel._ticker.isActive()
+
+
+def test_the_cpu_notice_ends_with_the_last_epoch(panel, monkeypatch):
+    """After the last epoch the run's export checks (forked by the warm starter, not the
+    worker's children) counted as other processes, and a finishing run "got 0 %"."""
+    from mgpu_gui.core.devices.cpu_share import CpuShare
+    from mgpu_gui.gui.panels import progress
+
+    scripted = type("Scripted", (), {"sample": lambda self: CpuShare(0.0, 1.9, 2)})
+    monkeypatch.setattr(progress, "CpuShareSampler", lambda pid: scripted())
+    panel.handle_event(started(epochs=4))
+    panel.follow_cpu(1234)
+    for epoch in range(4):
+        panel._sample_cpu()
+        assert panel.diagnosis_label.verdict.startswith("The CPU is busy with other processes")
+        panel.handle_event(epoch_end(epoch, T0 + 10 * (epoch + 1)))
+    assert panel.diagnosis_label.verdict == "" and not panel._cpu_timer.isActive()
+    panel._sample_cpu()  # a tick already queued says nothing
+    assert panel.diagnosis_label.verdict == ""
