@@ -100,13 +100,15 @@ def test_slow_input_is_input_bound_and_the_plain_demo_is_not(host, tmp_path):
     epochs = [e for e in events if isinstance(e, EpochEnd)]
     assert [v.epoch for v in verdicts] == [0, 1, 2]
     plain, slow = epochs[1], epochs[2]
-    # The slowed steps' own time, from their batches' times (the median gap): the wait is
+    # The slowed steps' own time, from their batches' times (the mean gap): the wait is
     # SLOW_MS of it. Not the epoch's duration (it holds validation: 40 % expected for 51 %
     # measured once under CI's load), nor the plain epoch's steps (the machine's load
-    # changed between the two epochs: 67 % expected for 45 % measured in CI 14).
+    # changed between the two epochs: 67 % expected for 45 % measured in CI 14). The mean,
+    # as the measured share is one of sums: the median gap left out the steps that the
+    # suite's load made long (58 % expected for 46.5 % measured in CI 32).
     def step_ms(epoch: int) -> float:
         times = [e.t for e in events if isinstance(e, BatchEnd) and e.epoch == epoch]
-        return float(np.median(np.diff(times))) * 1000
+        return float(np.mean(np.diff(times))) * 1000
 
     expected = SLOW_MS / step_ms(2)
     print(f"\nplain demo: {step_ms(1):.1f} ms per step, input wait {plain.input_wait:.1%}: "
