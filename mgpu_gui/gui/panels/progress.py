@@ -221,9 +221,6 @@ class ProgressPanel(QWidget):
         self._stop_following_cpu()
 
     def _stop_following_cpu(self) -> None:
-        """Once the epochs are over, the run's work is mostly its export checks, processes
-        that the warm starter forks (not the worker's children): counted as others, they
-        made a finishing run "get 0 % of a core" (issue 30)."""
         self._cpu_timer.stop()
         self._cpu = None
         self.diagnosis_label.set_verdict(self._verdict)
@@ -253,6 +250,9 @@ class ProgressPanel(QWidget):
         elif isinstance(event, RunFailed):
             self.epoch_eta_label.setText("failed")
             self.total_eta_label.setText("failed")
+        # Once the epochs are over, the run's work is mostly its export checks, processes
+        # that the warm starter forks (not the worker's children): counted as others, they
+        # made a finishing run "get 0 % of a core" (issue 30).
         if (isinstance(event, RunFinished | RunFailed)
                 or isinstance(event, EpochEnd) and self.progress.done):
             self._stop_following_cpu()
