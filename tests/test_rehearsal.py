@@ -25,6 +25,28 @@ AUGMENTING = """
             keras.layers.Dense(num_classes, activation="softmax")])
 """
 
+# A custom layer whose get_config() leaves out its factor: a reloaded model scales by 1.
+FORGETFUL = """
+    import keras
+
+    @keras.saving.register_keras_serializable(package="lab")
+    class Scale(keras.layers.Layer):
+        def __init__(self, factor=1.0, **kwargs):
+            super().__init__(**kwargs)
+            self.factor = factor
+
+        def call(self, x):
+            return x * self.factor
+
+        def get_config(self):
+            return super().get_config()
+
+    def build_model(input_shape, num_classes):
+        return keras.Sequential([
+            keras.Input(input_shape), keras.layers.Flatten(), Scale(3.0),
+            keras.layers.Dense(num_classes, activation="softmax")])
+"""
+
 
 def train(tmp_path, capsys, model: str, *flags: str, shape=(8, 8, 3)):
     """(exit code, JSON events, stderr) of a 1-epoch run of the `.py` `model` on 32 samples."""
@@ -47,17 +69,17 @@ def assert_left_nothing(tmp_path):
 
 
 def test_an_export_that_would_not_reload_refuses_the_run_in_its_first_epoch(tmp_path, capsys):
-    """Issue 29, finding 4: the SavedModel of a model with random augmentation layers
-    inside differs from Keras' (0.3 here). Found while the first epoch ran, not after the
-    last one: exit 2 naming the format, the layers and `--export`; nothing left behind."""
-    code, events, err = train(tmp_path, capsys, AUGMENTING, "--export", "keras,savedmodel")
+    """Issue 29, finding 4's kind: an export that reloads as another model (a custom layer
+    that forgets its factor in get_config). Found while the first epoch ran, not after
+    the last one: exit 2 naming the format, the layer and `--export`; nothing left."""
+    code, events, err = train(tmp_path, capsys, FORGETFUL, "--export", "savedmodel,keras")
     assert code == 2, err
     assert events[-1]["type"] == "run_failed" and events[-1]["phase"] == "setup"
     message = events[-1]["message"]
-    assert message.startswith("Rehearsal before epoch 1: the savedmodel export of the "
+    assert message.startswith("Rehearsal before epoch 1: the keras export of the "
                               "untrained model fails its check"), message
-    assert "RandomFlip and RandomRotation inside the model" in message
-    assert "Drop savedmodel from the export formats (--export)" in message
+    assert "a custom layer (Scale) whose get_config() leaves out an argument" in message
+    assert "Drop keras from the export formats (--export)" in message
     assert not events[-1]["resumable"] and "resume" not in err
     assert not [e for e in events if e["type"] == "epoch_end"]
     assert_left_nothing(tmp_path)
@@ -65,27 +87,41 @@ def test_an_export_that_would_not_reload_refuses_the_run_in_its_first_epoch(tmp_
 
 def test_a_format_that_fails_only_once_trained_is_named_and_the_run_completes(tmp_path,
                                                                               capsys):
-    """What the rehearsal cannot see (zero weights hide the augmentation's difference
-    until training moves them) is still no failed run: the other formats are made, the
-    one that was not is named, exit 3 (`train --help`), no resume offered. The log says
+    """What the rehearsal cannot see (zero weights hide the forgotten factor until
+    training moves them) is still no failed run: the other formats are made, the one
+    that was not is named, exit 3 (`train --help`), no resume offered. The log says
     what was rehearsed, and the rehearsal's scratch folder is gone."""
-    zero_dense = AUGMENTING.replace('activation="softmax")',
-                                    'activation="softmax", kernel_initializer="zeros")')
-    code, events, err = train(tmp_path, capsys, zero_dense, "--export", "keras,savedmodel")
+    zero_dense = FORGETFUL.replace('activation="softmax")',
+                                   'activation="softmax", kernel_initializer="zeros")')
+    code, events, err = train(tmp_path, capsys, zero_dense, "--export", "savedmodel,keras")
     made = {e["format"] for e in events if e["type"] == "model_exported"}
     missing = [e for e in events if e["type"] == "export_not_made"]
     assert events[-1]["type"] == "run_finished" and events[-1]["status"] == "completed", err
-    assert made == {"keras"}, (made, missing)
-    assert [e["format"] for e in missing] == ["savedmodel"]
+    assert made == {"savedmodel"}, (made, missing)
+    assert [e["format"] for e in missing] == ["keras"]
     assert code == 3, err
-    assert "Not exported as savedmodel: " in err and "resume" not in err
+    assert "Not exported as keras: " in err and "resume" not in err
     said = [e["message"] for e in events if e["type"] == "log"
             and e["message"].startswith("Rehearsed before epoch 1")]
     assert len(said) == 1, said
     assert "loss " in said[0] and "the evaluation reads it as exclusive classes" in said[0]
-    assert "the keras and savedmodel exports of the untrained model" in said[0]
+    assert "the savedmodel and keras exports of the untrained model" in said[0]
     [run] = (tmp_path / "runs").iterdir()
     assert not (run / ".rehearsal").exists()
+
+
+@pytest.mark.parametrize("engine", ["tensorflow", "jax"])
+def test_random_augmentation_inside_the_model_is_served_as_keras_infers(tmp_path, capsys,
+                                                                        engine):
+    """Issue 29, finding 4: RandomFlip and RandomRotation inside the model made the
+    SavedModel differ from Keras' inference by 0.3 (its `serve` left `training` unset,
+    so the layers augmented every served sample); it now serves inference, verified."""
+    code, events, err = train(tmp_path, capsys, AUGMENTING, "--export", "keras,savedmodel",
+                              "--engine", engine)
+    assert code == 0, err
+    made = {e["format"]: e for e in events if e["type"] == "model_exported"}
+    assert sorted(made) == ["keras", "savedmodel"], err
+    assert all(e["verified"] for e in made.values()), made
 
 
 def test_a_loss_that_cannot_take_the_labels_is_refused_before_the_run_exists(tmp_path,

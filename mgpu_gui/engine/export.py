@@ -41,6 +41,7 @@ from typing import Any
 
 import keras
 import numpy as np
+from keras.src.export.export_utils import get_input_signature  # model.export's own
 
 from mgpu_gui.core.children.launch import module_command, pythonpath_for_child
 from mgpu_gui.core.children.runner import ChildProcesses, died_text
@@ -294,13 +295,31 @@ def _write(model: Any, tmp: Path, fmt: str) -> None:
             # hand it back to a Keras 3 optimizer anyway.
             keras.saving.save_model(model, tmp, include_optimizer=False)
         else:
-            model.export(str(tmp), format="tf_saved_model", verbose=False)
+            _write_savedmodel(model, tmp)
     except OSError:
         raise
     except Exception as e:  # e.g. layers without get_config, untraceable call()
         raise ExportError(
             f"Keras could not save the model as {fmt}: {type(e).__name__}: {e}"
         ) from e
+
+
+def _write_savedmodel(model: Any, tmp: Path) -> None:
+    """A SavedModel whose `serve` is Keras' inference, `model(x, training=False)`.
+
+    `model.export` serves `model.__call__` with `training` unset. On JAX that leaves
+    each layer's own default, and RandomFlip, RandomRotation and the like default to
+    training: the served model augmented every sample (the zoo's Xception-like
+    differed by 0.2 from Keras' inference).
+    """
+    signature = get_input_signature(model)
+    if len(signature) != 1:  # a subclassed call() with several positional inputs
+        model.export(str(tmp), format="tf_saved_model", verbose=False)
+        return
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.add_endpoint("serve", lambda inputs: model(inputs, training=False), signature)
+    archive.write_out(str(tmp), verbose=False)
 
 
 def _put_in_place(tmp: Path, out: Path, fmt: str) -> None:

@@ -210,11 +210,11 @@ def _failed(stage: str, error: BaseException, consequence: str, hint: str = ""
 
 
 def _export_failed(fmt: str, model: keras.Model, error: ExportError) -> RehearsalError:
-    random = sorted({type(layer).__name__ for layer in model._flatten_layers()
-                     if type(layer).__name__.startswith("Random")})
-    why = (f" The likely cause: {' and '.join(random)} inside the model, which the "
-           "SavedModel's serving function does not run as Keras' inference does."
-           if random and fmt == "savedmodel" else "")
+    custom = sorted({type(layer).__name__ for layer in model._flatten_layers()
+                     if not type(layer).__module__.startswith("keras.")} - {type(model).__name__})
+    why = (f" The likely cause: a custom layer ({', '.join(custom)}) whose get_config() "
+           "leaves out an argument of its __init__, so the reloaded layer is not the same."
+           if custom and fmt != "savedmodel" and "differs" in str(error) else "")
     return RehearsalError(
         f"Rehearsal before epoch 1: the {fmt} export of the untrained model fails its check, "
         f"so the run would fail at its end: {error}{why} Drop {fmt} from the export formats "

@@ -73,9 +73,7 @@ MODELS: tuple[ZooModel, ...] = (
              known_refusals=(("predict", "trained on arrays"),)),
     ZooModel("xception_small", 'keras-io "Image classification from scratch" (make_model)',
              "image_folder_binary", model_file="xception_small.py", image=True,
-             train_args=(*IMAGE_ARGS, "--rescale", "1"),
-             # README (the rehearsal): RandomFlip/RandomRotation break the SavedModel check
-             known_refusals=(("export", "model_savedmodel"),)),
+             train_args=(*IMAGE_ARGS, "--rescale", "1")),
     ZooModel("resnet_v1", "Keras 2 examples/cifar10_resnet.py (create_model)",
              "image_folder", model_file="resnet20.py", image=True, train_args=IMAGE_ARGS),
     ZooModel("subclassed", 'keras-io "Making new layers and models via subclassing"',
