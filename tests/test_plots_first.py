@@ -70,3 +70,47 @@ def test_a_tall_window_opens_the_tabs_and_remembers_the_users_sizes(qtbot, sized
     again.show()
     qtbot.addWidget(again)
     qtbot.waitUntil(again.is_folded)  # restored: not opened by the first show
+
+
+def rows_in_view(table) -> int:
+    return table.viewport().height() // table.verticalHeader().defaultSectionSize()
+
+
+def test_the_tabs_expand_over_the_curves_for_a_long_runs_table(qtbot, sized, tmp_path):
+    """Issue 30, item 7: at 1280x720 at 125 % (1024x576 logical) an opened Runs tab showed
+    about 5 rows and squeezed the plots to 65 px. There a tab opens expanded over the
+    curves; a click on it, or a past run shown, brings the curves back as they were. On a
+    taller window, opened tabs keep the plots readable and the button expands them."""
+    from mgpu_gui.core.config import RunConfig
+    from mgpu_gui.core.runs.folder import create_run_dir
+
+    window = sized(1024, 576)
+    lower, table, tabs = window.lower_splitter, window.runs_panel.table, window.log
+    assert lower.is_folded()
+    tabs.setCurrentWidget(window.runs_panel)
+    qtbot.waitUntil(lambda: rows_in_view(table) >= 15)
+    assert lower.is_expanded() and lower.expand_button.text() == "Restore"
+    assert not window.curves_slot.isVisible() and not window.progress.isVisible()
+    expanded = rows_in_view(table)
+    tabs.setCurrentIndex(0)  # another tab: still expanded
+    assert lower.is_expanded()
+    tabs.tabBarClicked.emit(tabs.currentIndex())  # the current tab: the curves back, folded
+    assert not lower.is_expanded() and lower.is_folded() and window.curves_slot.isVisible()
+    qtbot.waitUntil(lambda: min(data_heights(window)) >= 120)
+    config = RunConfig(output_dir=str(tmp_path))
+    run_id = window.store.add_run(create_run_dir(config), config)
+    lower.expand_button.click()
+    assert lower.is_expanded()
+    window.show_run_curves(run_id)  # as a double-click on its row does
+    assert not lower.is_expanded() and window.curves_slot.isVisible()
+
+    tall = sized(1400, 1000)
+    tall.log.setCurrentWidget(tall.runs_panel)
+    qtbot.waitUntil(lambda: not tall.lower_splitter.is_folded())
+    assert not tall.lower_splitter.is_expanded()
+    qtbot.waitUntil(lambda: min(data_heights(tall)) >= 120)
+    opened = rows_in_view(tall.runs_panel.table)
+    tall.lower_splitter.expand_button.click()
+    qtbot.waitUntil(lambda: rows_in_view(tall.runs_panel.table) > 2 * opened)
+    print(f"Runs rows in view: {expanded} at 1024x576 (a tab opens expanded); at 1400x1000 "
+          f"{opened} opened, {rows_in_view(tall.runs_panel.table)} expanded")

@@ -267,6 +267,7 @@ class MainWindow(WindowActions, ToolDialogs, SweepActions, RunHistory, ExportAct
 
     def _run_started(self, run: PreparedRun) -> None:
         self._stop_following()
+        self.lower_splitter.expand(False)  # the run's curves, over an expanded Runs tab
         if run.resumed:
             self._continue_curves(run)
         else:

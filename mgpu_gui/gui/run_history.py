@@ -3,10 +3,10 @@ the offer to resume interrupted ones.
 
 A mixin of `MainWindow`, kept apart so the window module holds the panels and the
 run; it uses the window's `store`, `controller`, `follower`, `run_telemetry`,
-`reconciler`, `curves`, `progress`, `log`, `runs_panel`, `resume_offer`, `banner` and
-`notifier` (a queued run starting, withdrawn from the status bar when it ends; a followed
-run ending). When the store cannot be opened, the app trains without a history and says
-why (`store_problem`).
+`reconciler`, `curves`, `progress`, `log`, `lower_splitter`, `runs_panel`, `resume_offer`,
+`banner` and `notifier` (a queued run starting, withdrawn from the status bar when it
+ends; a followed run ending). When the store cannot be opened, the app trains without a
+history and says why (`store_problem`).
 """
 
 from __future__ import annotations
@@ -70,6 +70,7 @@ class RunHistory:
             self.banner.show_error(str(error))
             return
         self.curves.load_events(events)
+        self.lower_splitter.expand(False)  # shown from an expanded Runs tab: its curves
         self.curves.run_dir = record.run_dir  # stored curves hold no RunStarted
         self.curves.mark_fine_tuning(fine_tune_epoch(record))
         self._watch_telemetry(run_id)

@@ -367,9 +367,12 @@ def main(width: int, height: int) -> dict[str, list[Problem] | int]:
     region_of = window_regions(window)
 
     def check_main(note: str) -> None:
-        # The plots first, as the window opens: the tab checks below open the folded tabs.
-        for problem in (plot_problems(window) + check_window(window, region_of)
-                        + progress_problems(window)):
+        # The plots first, as the window opens: the tab checks below open the folded tabs
+        # (on a short window, expanded over the curves and the progress: back after).
+        problems = plot_problems(window) + check_window(window, region_of)
+        window.lower_splitter.expand(False)
+        settle()
+        for problem in problems + progress_problems(window):
             problem["detail"] = note + problem["detail"]
             report[problem["region"]].append(problem)
 
