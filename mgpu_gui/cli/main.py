@@ -25,6 +25,7 @@ from mgpu_gui.cli import (
     export,
     find_batch,
     inspect,
+    layout,
     models,
     predict,
     queue,
@@ -47,7 +48,7 @@ from mgpu_gui.core.errors import ConfigError, UserError, WeightsUnavailable
 from mgpu_gui.core.runs.storedb import STORE_ENV, default_store_path, unusable_store_message
 
 SUBCOMMANDS = (train, resume, runs, queue, sweep, models, devices, doctor, export, evaluate,
-               predict, inspect, unwrap, scale, find_batch, worker)
+               predict, inspect, layout, unwrap, scale, find_batch, worker)
 
 
 def build_parser() -> argparse.ArgumentParser:

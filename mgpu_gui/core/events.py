@@ -330,6 +330,9 @@ class ModelProbed(Event):
     output_units: int | None
     log: list[str] = field(default_factory=list)  # what loading the model said
     builder: str = ""  # the function of a .py model file that built it
+    # One per model variable: {"path", "shape", "dtype", "layer", "trainable"} (a
+    # `mesh.layout.VariableInfo`), for the mesh layout and memory plan.
+    variables: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

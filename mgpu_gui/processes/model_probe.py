@@ -75,7 +75,20 @@ def _build(config: RunConfig, log: Any) -> dict[str, Any]:
         "input_shape": input_shape,
         "output_units": output_layer_info(model)[0],
         "builder": py_builder(info, config.builder) if info and info.format == "py" else "",
+        "variables": _variables(model),
     }
+
+
+def _variables(model: Any) -> list[dict[str, Any]]:
+    """Each variable with the class of the layer that owns it: the innermost layer whose
+    weights hold it (a nested model's weights hold its layers' too)."""
+    owner: dict[int, str] = {}
+    for layer in model._flatten_layers():  # parents before their sublayers
+        for variable in layer.weights:
+            owner[id(variable)] = type(layer).__name__
+    return [{"path": variable.path, "shape": [int(size) for size in variable.shape],
+             "dtype": str(variable.dtype), "layer": owner.get(id(variable), ""),
+             "trainable": bool(variable.trainable)} for variable in model.variables]
 
 
 def _failure(message: str, exc: BaseException, lines: list[str]) -> ModelProbeFailed:
