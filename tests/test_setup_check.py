@@ -64,6 +64,40 @@ def test_a_py_file_without_a_builder_is_a_model_problem(tmp_path, reads):
     assert reads["model"] == 1
 
 
+def test_a_slow_folder_listing_is_waited_for_briefly_then_followed(tmp_path, monkeypatch):
+    """Listing 20,000 images took 231 ms of the GUI thread. A check now waits 50 ms for
+    it, then answers without it, naming what it reads, and `on_ready` asks again."""
+    import threading
+    import time
+
+    from mgpu_gui.core.datasets import inspection
+
+    for name in ("a", "b"):
+        (tmp_path / "images" / name).mkdir(parents=True)
+        (tmp_path / "images" / name / "1.png").write_bytes(b"")
+    listed, ready = threading.Event(), threading.Event()
+    real = inspection.list_images
+    monkeypatch.setattr(inspection, "list_images",
+                        lambda folder: (listed.wait(10), real(folder))[1])
+    checker = SetupChecker(on_ready=ready.set)
+    config = RunConfig(data=str(tmp_path / "images"), output_dir=str(tmp_path / "runs"),
+                       batch_per_replica=1, validation_split=0.0)
+    since = time.perf_counter()
+    first = checker.check(config, 1, {})
+    assert time.perf_counter() - since < 1.0
+    assert first.reading == ("the image folder",) and first.data is None
+    assert "data" not in first.problems
+    assert checker.check(config.replace(data=str(tmp_path / "gone.npz")), 1, {}).reading == ()
+    listed.set()
+    assert ready.wait(10)
+    again = checker.check(config, 1, {})  # the folder's listing was asked for again
+    while again.reading:
+        time.sleep(0.01)
+        again = checker.check(config, 1, {})
+    assert again.data.num_classes == 2 and again.problems == {}
+    checker.shutdown()
+
+
 def test_no_qt_and_no_tensorflow():
     code = ("import sys, mgpu_gui.gui.jobs.setup_check; "
             "print(sorted(m for m in ('PySide6', 'tensorflow', 'keras') if m in sys.modules))")

@@ -100,3 +100,34 @@ def test_the_form_says_it_before_train(qtbot, keras_home):
     panel.check_now()
     assert "pretrained" not in panel.problems()
     panel.shutdown()
+
+
+def test_an_offline_lookup_never_holds_the_window(qtbot, keras_home, images, monkeypatch):
+    """The reach check is a DNS lookup and a connection: offline, seconds. It ran on the
+    GUI thread in every check of a built-in. It runs on a thread now: the form says what
+    it is waiting for, Train stays off, and the answer arrives by itself."""
+    import threading
+    import time
+
+    from mgpu_gui.core.config import RunConfig
+    from mgpu_gui.gui.panels.run_setup import RunSetupPanel
+
+    answer = threading.Event()
+
+    def slow(url, timeout=0):
+        answer.wait(10)
+        return "no network in tests"
+
+    monkeypatch.setattr(builtins, "unreachable", slow)
+    panel = RunSetupPanel()
+    qtbot.addWidget(panel)
+    panel.set_config(RunConfig(model="mobilenet_v3_small", data=str(images),
+                               image_size=(40, 40), batch_per_replica=2))
+    since = time.perf_counter()
+    panel.check_now()
+    assert time.perf_counter() - since < 1.0
+    assert panel.summary_label.text() == "Reading where the weights come from…"
+    assert not panel.is_valid() and "pretrained" not in panel.problems()
+    answer.set()
+    qtbot.waitUntil(lambda: "could not be downloaded" in panel.problems().get("pretrained", ""))
+    panel.shutdown()

@@ -65,6 +65,7 @@ class RunSetupPanel(RunSetupForm):
     config_changed = Signal()  # after the (debounced) checks of a change ran
     validity_changed = Signal(bool)
     summary_ready = Signal(str)
+    _read_ended = Signal()  # from a reading thread: a read a check did not wait for ended
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -77,7 +78,8 @@ class RunSetupPanel(RunSetupForm):
         self._data_info: DataInfo | None = None
         self.model_info: ModelFileInfo | None = None
         self._facts_paths: tuple[str, str] | None = None  # (model, data) the facts describe
-        self._checker = SetupChecker()
+        self._checker = SetupChecker(on_ready=self._read_ended.emit)
+        self._read_ended.connect(self.check_now, Qt.ConnectionType.QueuedConnection)
         self._check_timer = QTimer(self)
         self._check_timer.setSingleShot(True)
         self._check_timer.setInterval(CHECK_DELAY_MS)
@@ -193,13 +195,15 @@ class RunSetupPanel(RunSetupForm):
             found = self._checker.check(config, self._replicas, {**known, "data": content})
         problems, self._data_info, self.model_info = found.problems, found.data, found.model
         self._facts_paths = (config.model, config.data)
-        self._build.follow(config, instant_problems=bool(problems))
+        self._build.follow(config, instant_problems=bool(problems or found.reading))
         failed = self._build.problem()
         if failed is not None:
             problems.setdefault(*failed)
         self._problems = problems
         self.show_problems(problems, self._data_info)
-        if not problems and self._content.is_running():
+        if not problems and found.reading:
+            self.summary_label.setText(f"Reading {' and '.join(found.reading)}…")
+        elif not problems and self._content.is_running():
             self.summary_label.setText("Checking the data…")
         # What the file is does not depend on the data: shown even when they do not fit.
         file_info = self.model_info if is_model_file(config.model) else None
@@ -209,7 +213,7 @@ class RunSetupPanel(RunSetupForm):
         self._update_batch_text()
         self._update_speed_hints()
         self.config_changed.emit()
-        valid = not problems
+        valid = not problems and not found.reading
         if valid != self._valid:
             self._valid = valid
             self.validity_changed.emit(valid)
@@ -243,6 +247,7 @@ class RunSetupPanel(RunSetupForm):
     def shutdown(self) -> None:
         """Stop the pending check and kill a running probe (call before closing)."""
         self._check_timer.stop()
+        self._checker.shutdown()
         self._build.shutdown()
         self._content.shutdown()
         self.wrapper_notice.shutdown()
