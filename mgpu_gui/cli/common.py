@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from mgpu_gui.cli.console import ConsoleReporter
+from mgpu_gui.cli.mesh_flags import add_mesh_arguments
 from mgpu_gui.core.children.runner import cancel_on_interrupt
 from mgpu_gui.core.children.supervisor import PreparedRun, RunOutcome, WorkerProcess
 from mgpu_gui.core.config import (
@@ -66,7 +67,7 @@ FLAGS = {  # RunConfig fields as the flags a CLI user typed
     "lr_scaling.warmup_epochs": "--warmup-epochs", "lr_scaling.enabled": "--scale-lr",
     "freeze_epochs": "--freeze-epochs", "unfreeze": "--unfreeze",
     "fine_tune_lr": "--fine-tune-lr", "engine": "--engine",
-    "input_pipeline": "--input-pipeline",
+    "input_pipeline": "--input-pipeline", "mesh": "--mesh", "layout": "--layout",
 }
 
 
@@ -163,6 +164,7 @@ def add_train_arguments(p: argparse.ArgumentParser, *, hidden: Collection[str] =
         help="what feeds the batches: tf.data, or python (a keras PyDataset, the jax engine "
              "only, needs no TensorFlow; no --augment, no disk cache); auto: tf.data where "
              "TensorFlow is installed (default auto)")
+    add_mesh_arguments(p, add)
     add(p, "--image-size", help="HxW for image folders (default 64x64)")
     add(p, "--rescale", type=float, help="pixel scale for image folders (default 1/255)")
     add(p, "--augment", metavar="SPEC",
@@ -235,7 +237,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
                  "epochs", "optimizer", "learning_rate", "loss", "rescale", "seed",
                  "output_dir", "run_name", "custom_objects", "precision", "builder",
                  "pretrained", "augment", "cache", "freeze_epochs", "unfreeze",
-                 "fine_tune_lr", "engine", "input_pipeline"):
+                 "fine_tune_lr", "engine", "input_pipeline", "mesh", "layout"):
         value = getattr(args, name)
         if value is not None:
             changes[name] = value

@@ -12,6 +12,7 @@ import argparse
 import json
 import sys
 
+from mgpu_gui.cli.mesh_flags import LAYOUT_HELP, MESH_HELP
 from mgpu_gui.core.children.runner import cancel_on_interrupt
 from mgpu_gui.core.config import DEMO, RunConfig
 from mgpu_gui.core.devices.nvml import GpuInfo, NvmlState, query_inventory
@@ -49,9 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("model", help=f"a .keras, .h5 or .py file, a built-in architecture, or "
                                  f"'{DEMO}'")
     p.add_argument("--mesh", default="auto",
-                   help="DATAxMODEL, e.g. 1x4 (four model shards), 2x2, 4x1 (data "
-                        "parallelism), or auto: the smallest model axis that fits the GPUs' "
-                        "memory (default auto)")
+                   help=f"{MESH_HELP} (default auto)")
     p.add_argument("--devices", type=int,
                    help="how many devices the run has (default: the mesh's, or for auto "
                         "the GPUs NVML sees)")
@@ -64,11 +63,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--allow-unsafe-code", action="store_true",
                    help="let Lambda layers in the model file run their Python code (trusted "
                         "files only)")
-    p.add_argument("--layout", metavar="RULES_OR_FILE",
-                   help="your layout rules, REGEX=(AXES) separated by ';' (or a file of them, "
-                        "one a line), e.g. 'dense.*kernel=(None,model);embedding.*=(model,"
-                        "None)': the regex matches the whole variable path, as Keras' "
-                        "LayoutMap; they override the automatic layout")
+    p.add_argument("--layout", metavar="RULES_OR_FILE", help=LAYOUT_HELP)
     p.add_argument("--optimizer", default="adam",
                    help=f"whose state to plan for: {', '.join(OPTIMIZER_SLOTS)} (default "
                         f"adam; others are taken as 2 slots per variable)")

@@ -20,6 +20,8 @@ from mgpu_gui.core.augment import AugmentSpecError, parse_augment
 from mgpu_gui.core.config_types import parse_json, type_problems
 from mgpu_gui.core.engines import Engine, InputPipeline, engine_problems, pipeline_problems
 from mgpu_gui.core.errors import ConfigError
+from mgpu_gui.core.mesh.layout import is_rules
+from mgpu_gui.core.mesh.settings import mesh_problems
 from mgpu_gui.core.modelfiles.builtins import NO_WEIGHTS, architecture, pretrained_problem
 from mgpu_gui.core.plain import to_plain
 
@@ -135,6 +137,10 @@ class RunConfig:
     batch_event_interval_s: float = 0.25
     engine: str = Engine.TENSORFLOW.value  # the Keras backend (core/engines.py)
     input_pipeline: str = InputPipeline.AUTO.value  # what feeds the batches (core/engines.py)
+    # A data x model mesh over the run's devices (core/mesh): "DATAxMODEL" or "auto"; None
+    # (or a model axis of 1) is data parallelism. `layout`: the user's rules, or their file.
+    mesh: str | None = None
+    layout: str | None = None
 
     # -- serialisation -------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -277,6 +283,7 @@ class RunConfig:
         found += pipeline_problems(self.engine, self.input_pipeline,
                                    augment=self.augmenting, cache=self.cache,
                                    export_formats=self.export_formats)
+        found += mesh_problems(self.mesh, self.layout, self.engine)
         return found
 
     def check(self) -> None:
@@ -311,7 +318,8 @@ class RunConfig:
         return self.replace(model=model, data=absolute(self.data),
                             validation_data=absolute(self.validation_data),
                             custom_objects=absolute(self.custom_objects),
-                            output_dir=absolute(self.output_dir))
+                            output_dir=absolute(self.output_dir),
+                            layout=self.layout if is_rules(self.layout) else absolute(self.layout))
 
 
 def _augment_problems(spec: str, data: str) -> list[tuple[str, str]]:

@@ -142,6 +142,7 @@ def _checked(config: RunConfig, plan: Callable[[RunConfig], DevicePlan], *, disk
     config.check()
     config = config.with_absolute_paths()
     planned = plan(config)
+    preflight.check_mesh(config, planned)
     preflight.check(config, planned.replicas, file_inspector(), disk=disk)
     return config, planned
 
@@ -195,6 +196,7 @@ def prepare_resume(run_folder: Path, inventory: GpuInventory | None = None,
                 f"mgpu-train --config {run_dir.config_json}")
         inventory = inventory if inventory is not None else query_inventory()
         plan = _plan(config, inventory, store, allow_busy)
+        preflight.check_mesh(config, plan)
         preflight.check(config, plan.replicas, file_inspector())
         run_dir.plan_json.write_text(plan.to_json())
         run_id = None

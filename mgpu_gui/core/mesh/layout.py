@@ -35,7 +35,7 @@ import numpy as np
 
 from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.mesh.shape import DATA_AXIS, MODEL_AXIS, MeshShape
-from mgpu_gui.core.runs.checkpoints import format_bytes
+from mgpu_gui.core.sizes import format_bytes
 
 Axes = tuple[str | None, ...]
 DEFAULT_SHARD_ABOVE = 2**20  # bytes: smaller variables are not worth a collective each
@@ -103,7 +103,7 @@ def axes_text(axes: Axes) -> str:
 def parse_rules(text: str) -> list[LayoutRule]:
     """--layout: rules separated by ";" or new lines, or a file of them, one a line
     ("#" starts a comment line)."""
-    if "=" not in text:  # no rule: a file
+    if not is_rules(text):
         path = Path(text).expanduser()
         try:
             text = path.read_text(encoding="utf-8")
@@ -114,6 +114,11 @@ def parse_rules(text: str) -> list[LayoutRule]:
             raise UserError(f"--layout {path} cannot be read: {error}") from None
     lines = [line.strip() for chunk in text.splitlines() for line in chunk.split(";")]
     return [_parse_rule(line) for line in lines if line and not line.startswith("#")]
+
+
+def is_rules(text: str | None) -> bool:
+    """Whether a --layout value holds rules (else it names a file of them)."""
+    return text is not None and "=" in text
 
 
 def _parse_rule(text: str) -> LayoutRule:

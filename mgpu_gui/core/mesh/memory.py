@@ -21,7 +21,7 @@ from mgpu_gui.core.mesh.layout import (
     plan_layout,
 )
 from mgpu_gui.core.mesh.shape import MeshShape, meshes_for
-from mgpu_gui.core.runs.checkpoints import format_bytes
+from mgpu_gui.core.sizes import format_bytes
 
 # Slots of optimizer state per trainable variable, each the variable's size.
 OPTIMIZER_SLOTS = {

@@ -8,7 +8,7 @@ from typing import Any
 from mgpu_gui.core.mesh.layout import Layout, axes_text
 from mgpu_gui.core.mesh.memory import MemoryPlan
 from mgpu_gui.core.mesh.shape import MeshShape
-from mgpu_gui.core.runs.checkpoints import format_bytes
+from mgpu_gui.core.sizes import format_bytes
 
 NOT_ESTIMATED = ("activations are not estimated (they grow with the batch; the batch "
                  "finder measures them)")

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mgpu_gui.core.errors import OutputError
+from mgpu_gui.core.sizes import format_bytes
 
 METADATA_NAME = "training_metadata.json"
 _EPOCH_FILE = re.compile(r"^epoch-(\d+)\.keras$")
@@ -235,16 +236,6 @@ def nearest_existing(path: Path) -> Path:
     while not path.exists() and path != path.parent:
         path = path.parent
     return path
-
-
-def format_bytes(size: float | None) -> str:
-    if size is None:
-        return "an unknown amount"
-    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
-        if abs(size) < 1024 or unit == "TiB":
-            return f"{size:.0f} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
-        size /= 1024
-    raise AssertionError("unreachable")
 
 
 def write_failure(error: BaseException, folder: Path | None = None) -> str | None:

@@ -16,13 +16,16 @@ import os
 from collections.abc import Sequence
 from typing import Protocol
 
-from mgpu_gui.core.config import DEMO, RunConfig, is_model_file
+from mgpu_gui.core.config import DEMO, DeviceKind, RunConfig, is_model_file
 from mgpu_gui.core.datasets import fit_check
 from mgpu_gui.core.datasets.content_request import ContentRequest
 from mgpu_gui.core.datasets.inspection import DataInfo, DataKind, LabelKind
+from mgpu_gui.core.devices.plan import DevicePlan
 from mgpu_gui.core.errors import DataError, ModelError, OutputError, UserError
 from mgpu_gui.core.evaluation.heads import loss_key
 from mgpu_gui.core.events import DataChecked
+from mgpu_gui.core.mesh.settings import is_auto
+from mgpu_gui.core.mesh.shape import meshes_for, parse_mesh
 from mgpu_gui.core.modelfiles.builder import py_builder
 from mgpu_gui.core.modelfiles.builtins import (
     BACKBONE,
@@ -182,6 +185,34 @@ def check_batch_fits(config: RunConfig, replicas: int, data: DataInfo) -> None:
             f"the training set has {train} samples, fewer than one global batch "
             f"({global_batch} = {config.batch_per_replica} per replica x {replicas} replicas); "
             f"lower the batch per replica or use fewer replicas.")
+
+
+def check_mesh(config: RunConfig, plan: DevicePlan) -> None:
+    """Refuse a mesh that does not span the run's planned devices, and --mesh auto where
+    its memory plan cannot be made: the devices' memory is unknown (pure; the mesh's
+    form and its engine were checked with the other settings)."""
+    if config.mesh is None:
+        return
+    if is_auto(config.mesh):
+        unknown = ("CPU replicas have no memory of their own to plan by"
+                   if plan.kind is DeviceKind.CPU else
+                   "NVML did not say how much memory the GPUs have"
+                   if any(gpu.memory_total is None for gpu in plan.gpus) else None)
+        if unknown:
+            raise UserError(f"--mesh auto picks the smallest model axis that fits the "
+                            f"devices' memory, and {unknown}: give --mesh DATAxMODEL "
+                            f"(`mgpu-train layout MODEL --devices {plan.replicas} --gpu-memory "
+                            f"SIZE` shows the plan).")
+        return
+    mesh = parse_mesh(config.mesh)
+    if mesh is not None and mesh.devices != plan.replicas:
+        which = ("CPU replicas (--replicas)" if plan.kind is DeviceKind.CPU else
+                 "GPUs (--gpus)" if config.devices.gpus else
+                 "GPUs (--replicas)" if config.devices.replicas else "GPUs (all NVML sees)")
+        raise UserError(f"--mesh {mesh.flag} spans {mesh.devices} devices ({mesh.data} data "
+                        f"x {mesh.model} model), but the run has {plan.replicas} {which}: "
+                        f"give {mesh.devices}, or a mesh of {plan.replicas} ("
+                        f"{', '.join(m.flag for m in meshes_for(plan.replicas))}).")
 
 
 def check_output_disk(config: RunConfig, model: ModelFileInfo | None) -> None:
