@@ -34,6 +34,8 @@ def _refused(words, tmp_path, capsys) -> str:
     (["--mesh", "2x2", "--replicas", "4"],
      "Keras 3's ModelParallel (variables split over the devices) runs on the JAX backend "
      "only; add --engine jax"),
+    (["--mesh", "2x1", "--layout", "d=(data,)"],
+     "--layout: layout rules lay variables out over a mesh: Keras 3's ModelParallel"),
     (["--mesh", "auto", "--replicas", "4", "--engine", "jax"],
      "--mesh auto picks the smallest model axis that fits the devices' memory, and CPU "
      "replicas have no memory of their own to plan by: give --mesh DATAxMODEL"),
@@ -95,5 +97,7 @@ def test_check_mesh_names_the_run_and_the_mesh(mesh, plan, config, expected):
 
 def test_check_mesh_passes_what_fits():
     plan = DevicePlan(DeviceKind.GPU, 4, gpus=(_gpu(2**34),) * 4)
-    for mesh in (None, "2x2", "1x4", "4x1", "auto"):
+    for mesh in (None, "2x2", "1x4", "4x1"):
         check_mesh(RunConfig(mesh=mesh, engine="jax"), plan)
+    with pytest.raises(UserError, match="does not read the model's variables before"):
+        check_mesh(RunConfig(mesh="auto", engine="jax"), plan)

@@ -1,5 +1,8 @@
-"""The JAX engine's devices: `keras.distribution.DataParallel` behind the part of
-`tf.distribute.Strategy` the engine uses, so training.py runs unchanged on either.
+"""The JAX engine's devices: `keras.distribution.DataParallel` (or, on a data x model
+mesh, `ModelParallel`: jax_mesh.py) behind the part of `tf.distribute.Strategy` the
+engine uses, so training.py runs unchanged on either. On a mesh a "replica" is still
+one device: the global batch is the batch per replica x the devices, as for data
+parallelism, and is split over the mesh's data axis.
 
 DataParallel shards each global batch over the devices' mesh and replicates
 the variables; JAX compiles one global program per step (XLA), so the gradient
@@ -25,6 +28,7 @@ from mgpu_gui.core.config import DeviceKind
 from mgpu_gui.core.devices.plan import DevicePlan
 from mgpu_gui.core.engines import HOST_DEVICES_FLAG, JAX_CUDA_EXTRA_HINT
 from mgpu_gui.core.errors import DeviceError
+from mgpu_gui.core.mesh.settings import MeshRequest
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,16 @@ class JaxStrategy:
         with self.distribution.scope():
             yield
 
+    def describe_variables(self, model: Any) -> str:
+        """Where the model's variables live, for the log: on a mesh, which are split and
+        each device's shard of them."""
+        if hasattr(self.distribution, "request"):  # jax_mesh.PlannedModelParallel
+            from mgpu_gui.engine.jax_mesh import split_report
+
+            return split_report(model, self.distribution)
+        return (f"All {len(model.variables)} model variables are mirrored across "
+                f"{self.num_replicas_in_sync} replicas.")
+
     def variable_created_in_scope(self, value: Any) -> bool:
         """Whether a variable's array is laid out on every device (replicated); one made
         before the distribution was set lives on one device only."""
@@ -54,11 +68,12 @@ class JaxStrategy:
         return sharding is not None and len(sharding.device_set) == self.num_replicas_in_sync
 
 
-def make_jax_strategy(plan: DevicePlan, *, hide_gpus_from_tensorflow: bool = True
-                      ) -> tuple[JaxStrategy, str]:
-    """DataParallel over the plan's devices, set as Keras' distribution, and how the
-    replicas reduce, in words. DeviceError when JAX sees other devices than planned.
-    `hide_gpus_from_tensorflow`: tf.data feeds the run (TensorFlow loads here)."""
+def make_jax_strategy(plan: DevicePlan, *, hide_gpus_from_tensorflow: bool = True,
+                      mesh: MeshRequest | None = None) -> tuple[JaxStrategy, str]:
+    """DataParallel over the plan's devices (or with a `mesh`, ModelParallel: jax_mesh.py),
+    set as Keras' distribution, and how the replicas reduce, in words. DeviceError when
+    JAX sees other devices than planned. `hide_gpus_from_tensorflow`: tf.data feeds the
+    run (TensorFlow loads here)."""
     if hide_gpus_from_tensorflow:
         import tensorflow as tf
 
@@ -74,10 +89,16 @@ def make_jax_strategy(plan: DevicePlan, *, hide_gpus_from_tensorflow: bool = Tru
     if len(found) != plan.replicas:
         raise DeviceError(_no_devices(plan, f"JAX sees {len(found)} {platform} device(s)"))
     names = tuple(keras.distribution.list_devices(platform))
-    distribution = keras.distribution.DataParallel(devices=list(names))
+    if mesh is not None:
+        from mgpu_gui.engine.jax_mesh import PlannedModelParallel, describe
+
+        distribution = PlannedModelParallel(mesh, list(names))
+        how = f"{describe(distribution, names)}, JAX {jax.__version__}"
+    else:
+        distribution = keras.distribution.DataParallel(devices=list(names))
+        how = f"DataParallel over {', '.join(names)} (JAX {jax.__version__}, XLA all-reduce)"
     keras.distribution.set_distribution(distribution)
-    return JaxStrategy(distribution, names), (
-        f"DataParallel over {', '.join(names)} (JAX {jax.__version__}, XLA all-reduce)")
+    return JaxStrategy(distribution, names), how
 
 
 def jax_versions() -> dict[str, str | None]:

@@ -20,6 +20,7 @@ from mgpu_gui.core.config import DeviceKind
 from mgpu_gui.core.devices.plan import DevicePlan
 from mgpu_gui.core.engines import Engine, InputPipeline, engine_env
 from mgpu_gui.core.errors import DeviceError
+from mgpu_gui.core.mesh.settings import MeshRequest
 
 CUDA_EXTRA_HINT = "pip install 'mgpu-gui[cuda]'"
 _NAMES = {"tensorflow": "TensorFlow", "keras": "Keras", "jax": "JAX"}
@@ -66,9 +67,11 @@ def apply_device_env(
 
 
 def make_strategy(plan: DevicePlan, engine: Engine = Engine.TENSORFLOW,
-                  pipeline: InputPipeline = InputPipeline.TF_DATA) -> tuple[Any, str]:
-    """A MirroredStrategy over the plan's devices (on JAX: a DataParallel behind the
-    same interface, engine/jax_strategy.py), and how replicas reduce, in words.
+                  pipeline: InputPipeline = InputPipeline.TF_DATA,
+                  mesh: MeshRequest | None = None) -> tuple[Any, str]:
+    """A MirroredStrategy over the plan's devices (on JAX: a DataParallel, or on a `mesh`
+    a ModelParallel, behind the same interface, engine/jax_strategy.py), and how
+    replicas reduce, in words.
     `pipeline`: what feeds the run (`inputs.pipeline_for`); a JAX run fed by tf.data
     hides the GPUs from its TensorFlow, one on the Python pipeline imports none.
 
@@ -79,7 +82,7 @@ def make_strategy(plan: DevicePlan, engine: Engine = Engine.TENSORFLOW,
         from mgpu_gui.engine.jax_strategy import make_jax_strategy
 
         return make_jax_strategy(
-            plan, hide_gpus_from_tensorflow=pipeline is InputPipeline.TF_DATA)
+            plan, hide_gpus_from_tensorflow=pipeline is InputPipeline.TF_DATA, mesh=mesh)
     import tensorflow as tf
 
     if plan.kind is DeviceKind.CPU:

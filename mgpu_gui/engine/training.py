@@ -353,8 +353,9 @@ def _check_mirrored(model: keras.Model, strategy: tf.distribute.Strategy, log) -
             f"training strategy ({', '.join(outside[:3])}); they would train on one replica "
             f"only. Build the model inside the builder function (build_model() or the one "
             "--builder names) rather than at import time of the .py.")
-    log(f"All {len(variables)} model variables are mirrored across "
-        f"{strategy.num_replicas_in_sync} replicas.")
+    describe = getattr(strategy, "describe_variables", None)  # the JAX engine's: a mesh
+    log(describe(model) if describe else f"All {len(variables)} model variables are "
+        f"mirrored across {strategy.num_replicas_in_sync} replicas.")
 
 
 def _callbacks(config: RunConfig, run_dir: RunDir, sink: EventSink, stop: threading.Event,

@@ -49,6 +49,7 @@ from mgpu_gui.core.events import (
     RunStarted,
     RunStatus,
 )
+from mgpu_gui.core.mesh.settings import mesh_request
 from mgpu_gui.core.runs.cluster import ClusterSpec
 from mgpu_gui.core.runs.environment import record_environment
 from mgpu_gui.core.runs.folder import RunDir
@@ -299,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
             cluster = ClusterSpec.from_json(run_dir.cluster_json.read_text())
             strategy, cross_device_ops = make_cluster_strategy(plan, cluster)
         else:
-            strategy, cross_device_ops = make_strategy(plan, engine, pipeline)
+            strategy, cross_device_ops = make_strategy(
+                plan, engine, pipeline, mesh_request(config.mesh, config.layout))
         record_run_environment(run_dir, channel, engine, pipeline)
         extra_callbacks = fault_callbacks(run_dir, channel)
     except Exception as error:

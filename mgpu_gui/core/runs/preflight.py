@@ -188,22 +188,22 @@ def check_batch_fits(config: RunConfig, replicas: int, data: DataInfo) -> None:
 
 
 def check_mesh(config: RunConfig, plan: DevicePlan) -> None:
-    """Refuse a mesh that does not span the run's planned devices, and --mesh auto where
-    its memory plan cannot be made: the devices' memory is unknown (pure; the mesh's
-    form and its engine were checked with the other settings)."""
+    """Refuse a mesh that does not span the run's planned devices, and --mesh auto: its
+    memory plan needs the model's variables (the probe child), which training does not
+    read before it starts yet (pure; the mesh's form and engine were checked with the
+    other settings)."""
     if config.mesh is None:
         return
     if is_auto(config.mesh):
         unknown = ("CPU replicas have no memory of their own to plan by"
                    if plan.kind is DeviceKind.CPU else
                    "NVML did not say how much memory the GPUs have"
-                   if any(gpu.memory_total is None for gpu in plan.gpus) else None)
-        if unknown:
-            raise UserError(f"--mesh auto picks the smallest model axis that fits the "
-                            f"devices' memory, and {unknown}: give --mesh DATAxMODEL "
-                            f"(`mgpu-train layout MODEL --devices {plan.replicas} --gpu-memory "
-                            f"SIZE` shows the plan).")
-        return
+                   if any(gpu.memory_total is None for gpu in plan.gpus) else
+                   "training does not read the model's variables before it starts yet")
+        raise UserError(f"--mesh auto picks the smallest model axis that fits the devices' "
+                        f"memory, and {unknown}: give --mesh DATAxMODEL (`mgpu-train layout "
+                        f"MODEL --devices {plan.replicas} --gpu-memory SIZE` shows the plan "
+                        f"and the mesh auto picks).")
     mesh = parse_mesh(config.mesh)
     if mesh is not None and mesh.devices != plan.replicas:
         which = ("CPU replicas (--replicas)" if plan.kind is DeviceKind.CPU else
