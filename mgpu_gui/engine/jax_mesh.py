@@ -27,9 +27,16 @@ from typing import Any
 import keras
 from keras.src.backend.common import global_state
 
-from mgpu_gui.core.mesh.layout import Layout, VariableInfo, axes_text, plan_layout
+from mgpu_gui.core.mesh.layout import (
+    DEFAULT_SHARD_ABOVE,
+    Layout,
+    VariableInfo,
+    axes_text,
+    plan_layout,
+)
 from mgpu_gui.core.mesh.settings import MeshRequest
 from mgpu_gui.core.mesh.shape import DATA_AXIS, MODEL_AXIS
+from mgpu_gui.core.sizes import format_bytes
 
 
 class PlannedModelParallel(keras.distribution.ModelParallel):
@@ -96,6 +103,10 @@ def split_report(model: keras.Model, distribution: PlannedModelParallel) -> str:
     head = (f"{len(lines)} of the model's {total} variables are split over the "
             f"{MODEL_AXIS} axis (per-device shard shapes); the rest are replicated"
             + (":" if lines else "."))
+    if not lines and distribution.request.shape.model > 1:
+        head += (f" Every device holds the whole model: no variable is large enough for "
+                 f"the automatic layout (over {format_bytes(DEFAULT_SHARD_ABOVE)}) or "
+                 f"matched by a --layout rule; give rules, or train data parallel.")
     notes = [f"note: {note}" for note in planned.notes]
     return "\n".join([head, *lines, *notes])
 
