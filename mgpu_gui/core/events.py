@@ -82,6 +82,7 @@ class RunStarted(Event):
     learning_rate: float | None = None  # at the start (None: a schedule of the file's)
     optimizer_source: str = ""  # a CompileSource: the run's settings, the file's, an override
     file_optimizer: str = ""  # the model file's own optimizer, when it came compiled
+    mesh: str = ""  # the data x model mesh asked for, e.g. "2x2" (issue 31); "": none
 
 
 @dataclass(frozen=True)

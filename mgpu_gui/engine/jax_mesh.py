@@ -100,8 +100,8 @@ def split_report(model: keras.Model, distribution: PlannedModelParallel) -> str:
                      + "; ".join(f"{_dims(s)} on {sum(v == s for v in shards.values())} "
                                  f"devices" for s in shapes))
     total = len(model.variables)
-    head = (f"{len(lines)} of the model's {total} variables are split over the "
-            f"{MODEL_AXIS} axis (per-device shard shapes); the rest are replicated"
+    head = (f"{len(lines)} of the model's {total} variables are split over the mesh "
+            f"(each device's shard); the rest are replicated"
             + (":" if lines else "."))
     if not lines and distribution.request.shape.model > 1:
         head += (f" Every device holds the whole model: no variable is large enough for "

@@ -194,7 +194,7 @@ def _run(config: RunConfig, run_dir: RunDir, plan: DevicePlan, strategy: tf.dist
         keras_version=keras.__version__, summary=models.model_summary(model),
         optimizer=optimizer, learning_rate=learning_rate,
         optimizer_source=setup.compile_source.value, file_optimizer=setup.file_optimizer,
-    ))
+        mesh=config.mesh or ""))
     step(SetupStep.FIRST_STEP)
     if dropped:
         log(f"{dropped} of {prepared.train_samples} training samples are left out of each "
