@@ -42,7 +42,7 @@ def panel(qtbot):
     widget = RunSetupPanel()
     area = FormScrollArea(widget)
     qtbot.addWidget(area)
-    area.resize(400, 1100)  # tall enough that nothing scrolls: positions are the form's
+    area.resize(400, 1160)  # tall enough that nothing scrolls: positions are the form's
     area.show()
     yield widget
     widget.shutdown()

@@ -17,7 +17,12 @@ from collections.abc import Hashable
 from PySide6.QtCore import QObject, Signal
 
 from mgpu_gui.core.config import RunConfig
+from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.events import ModelProbed
+from mgpu_gui.core.mesh.layout import VariableInfo, plan_layout
+from mgpu_gui.core.mesh.report import layout_table
+from mgpu_gui.core.mesh.settings import mesh_request
+from mgpu_gui.core.plain import from_plain
 from mgpu_gui.core.tools.model_probe import ModelProbeJob, ProbeOutcome
 from mgpu_gui.gui.jobs.child_job import ChildJobRunner
 from mgpu_gui.gui.jobs.setup_check import file_stamp
@@ -42,6 +47,7 @@ class BuildCheck(QObject):
         self.probe = ChildJobRunner(self)
         self._followed: Hashable = None  # the build settings what is shown describes
         self._key: Hashable = None  # the build settings the latest probe was asked for
+        self._config: RunConfig | None = None  # the settings of the latest probe
         self._result: ProbeOutcome | None = None
         self.probe.started.connect(lambda: self.status.emit("Building model…"))
         self.probe.finished.connect(self._finished)
@@ -81,6 +87,7 @@ class BuildCheck(QObject):
     def _start(self, config: RunConfig) -> None:
         self.drop_stale(config)
         self._key = build_key(config)
+        self._config = config
         self._result = None
         self.probe.start(ModelProbeJob(config))
 
@@ -97,7 +104,21 @@ class BuildCheck(QObject):
             else:
                 self.status.emit(f"{result.params:,} parameters · input {shape}"
                                  + (f" · {units} outputs" if units else ""))
-            self.summary_ready.emit(result.summary)
+            self.summary_ready.emit(result.summary + mesh_summary(self._config, result))
         else:
             self.status.emit("The model could not be built:")
         self.finished.emit()
+
+
+def mesh_summary(config: RunConfig | None, built: ModelProbed) -> str:
+    """Under the summary, how the variables split over the run's mesh and what each device
+    holds (`mgpu-train layout`'s table); nothing for data parallelism."""
+    try:
+        request = None if config is None else mesh_request(config.mesh, config.layout)
+        if request is None:
+            return ""
+        variables = [from_plain(VariableInfo, entry) for entry in built.variables]
+        table = layout_table(plan_layout(variables, request.shape, request.rules))
+    except UserError as error:  # the settings' own check names it on its field
+        return f"\n\nNo layout on the mesh: {error}"
+    return f"\n\nOn --mesh {request.shape.flag}:\n{table}"

@@ -112,6 +112,8 @@ class RunSetupPanel(RunSetupForm):
         self._replicas = max(1, int(replicas))
         if gpus is not None:
             self._gpus = tuple(gpus)
+        self.mesh_combo.set_devices(self._replicas)
+        self._show_mesh()
         self._update_batch_text()
         self._update_speed_hints()
         self._edited()
@@ -257,8 +259,15 @@ class RunSetupPanel(RunSetupForm):
             self.augment_view.close()
 
     # -- reacting to changes ------------------------------------------------
+    def _show_mesh(self) -> None:
+        """The grid of the devices as the mesh lays them out: GPU indices, or c0, c1, …"""
+        names = ([str(gpu.index) for gpu in self._gpus][:self._replicas] if self._gpus
+                 else [f"c{i}" for i in range(self._replicas)])
+        self.mesh_grid.show_mesh(self.mesh_combo.shape(), names)
+
     def _connect_panel(self) -> None:
         self.edited.connect(self._check_timer.start)
+        self.mesh_combo.currentIndexChanged.connect(self._show_mesh)
         # Facts about the old files go at once, not after the checks' pause.
         self.model_edit.textChanged.connect(self._drop_stale_facts)
         self.data_edit.textChanged.connect(self._drop_stale_facts)

@@ -103,6 +103,7 @@ class RunSetupForm(RunSetupLayout):
             output_dir=self.output_edit.text().strip() or "~/mgpu-runs",
             on_finish=self._on_finish()[0],
             engine=engine.value,
+            mesh=self.mesh_combo.mesh(),
         )
 
     def set_config(self, config: RunConfig) -> None:
@@ -146,6 +147,7 @@ class RunSetupForm(RunSetupLayout):
             self.on_finish_edit.setText(shlex.join(config.on_finish))
             self.engine_combo.set_engine(config.engine)
             self._update_engine_widgets()
+            self.mesh_combo.set_mesh(config.mesh)
         self._edited()
 
     def train_from_scratch(self) -> None:
@@ -266,6 +268,7 @@ class RunSetupForm(RunSetupLayout):
         self.optimizer_combo.currentIndexChanged.connect(self._edited)
         self.precision_combo.currentIndexChanged.connect(self._edited)
         self.cache_combo.currentIndexChanged.connect(self._edited)
+        self.mesh_combo.currentIndexChanged.connect(self._edited)
         self.engine_combo.currentIndexChanged.connect(self._update_engine_widgets)
         self.engine_combo.currentIndexChanged.connect(self._edited)
         self.scale_lr.toggled.connect(self.warmup_spin.setEnabled)
@@ -320,6 +323,7 @@ class RunSetupForm(RunSetupLayout):
         self.engine_hint.setText(self.engine_combo.hint())
         self.sections["speed"].set_note("JAX engine" if jax else "")
         self._hold_for_engine(jax)
+        self.mesh_combo.set_model_parallel(jax)
 
     def _hold_for_engine(self, jax: bool, *, restore: bool = True) -> None:
         """On JAX, XLA and synchronized BatchNorm are what the engine does anyway: their

@@ -41,6 +41,7 @@ from mgpu_gui.gui.widgets.field_cells import (
     hint_label,
     row,
 )
+from mgpu_gui.gui.widgets.mesh_choice import MeshCombo, MeshGrid
 from mgpu_gui.gui.widgets.problem_line import ProblemLine
 from mgpu_gui.gui.widgets.section import CollapsibleSection
 from mgpu_gui.gui.widgets.wrapper_notice import WrapperNotice
@@ -324,6 +325,11 @@ class RunSetupLayout(QWidget):
         self.engine_install = InstallNote(self.engine_combo.missing)
         self._add(section, "Engine", "engine", [self.engine_combo, self.engine_hint],
                   below=[self.engine_install])
+
+        self.mesh_combo = MeshCombo()
+        self.mesh_combo.setAccessibleName("Mesh")
+        self.mesh_grid = MeshGrid()
+        self._add(section, "Mesh", "mesh", [self.mesh_combo, self.mesh_grid])
 
         self.precision_combo = QComboBox()
         for name in PRECISIONS:

@@ -17,6 +17,7 @@ FIELD_NAMES = {
     "precision": "Precision", "jit_compile": "XLA", "augment": "Augmentation", "cache": "Cache",
     "freeze_epochs": "Freeze", "unfreeze": "Fine-tune layers", "fine_tune_lr": "Fine-tune LR",
     "lr_scaling.enabled": "LR scaling", "on_finish": "On finish", "engine": "Engine",
+    "mesh": "Mesh", "layout": "Layout rules",
 }
 # Where a field label names a row rather than the one setting a sweep varies.
 _SETTING_NAMES = {
