@@ -142,6 +142,8 @@ def test_each_device_holds_half_of_each_split_kernel(mesh_run):
     assert shards == {"hidden/kernel": "64x512 on 4 devices",
                       "hidden/bias": "512 on 4 devices",
                       "wide/kernel": "1024x256 on 4 devices"}
+    # The arrays' bytes per device against core.mesh's plan (as `mgpu-train layout` shows it).
+    assert "Each device holds 1.1 MiB of the model's variables (the plan: 1.1 MiB;" in report
 
 
 def test_sigkill_of_a_mesh_worker_then_resume(mesh_run):

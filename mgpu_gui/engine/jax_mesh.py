@@ -88,7 +88,10 @@ def split_report(model: keras.Model, distribution: PlannedModelParallel) -> str:
     planned = distribution.layout()
     layout = {entry.variable.path: entry for entry in planned.variables}
     lines = []
+    held: dict[Any, int] = {}  # bytes of the model's variables on each device
     for variable in model.variables:
+        for shard in variable.value.addressable_shards:
+            held[shard.device] = held.get(shard.device, 0) + shard.data.nbytes
         entry = layout.get(variable.path)
         if entry is None or not entry.sharded:
             continue
@@ -107,8 +110,14 @@ def split_report(model: keras.Model, distribution: PlannedModelParallel) -> str:
         head += (f" Every device holds the whole model: no variable is large enough for "
                  f"the automatic layout (over {format_bytes(DEFAULT_SHARD_ABOVE)}) or "
                  f"matched by a --layout rule; give rules, or train data parallel.")
+    paths = {variable.path for variable in model.variables}
+    plan = sum(entry.bytes_per_device for entry in planned.variables
+               if entry.variable.path in paths)
+    total_line = (f"Each device holds {format_bytes(max(held.values(), default=0))} of the "
+                  f"model's variables (the plan: {format_bytes(plan)}; optimizer state "
+                  f"and gradients come on top, laid out alike).")
     notes = [f"note: {note}" for note in planned.notes]
-    return "\n".join([head, *lines, *notes])
+    return "\n".join([head, *lines, total_line, *notes])
 
 
 def _dims(shape: tuple[int, ...]) -> str:
