@@ -101,3 +101,15 @@ def test_check_mesh_passes_what_fits():
         check_mesh(RunConfig(mesh=mesh, engine="jax"), plan)
     with pytest.raises(UserError, match="does not read the model's variables before"):
         check_mesh(RunConfig(mesh="auto", engine="jax"), plan)
+
+
+@pytest.mark.parametrize(("command", "words"), [
+    ("scale", "the scaling test times data parallelism"),
+    ("find-batch", "the batch finder probes one device holding the whole model"),
+])
+def test_the_tools_that_time_whole_model_replicas_refuse_a_mesh(command, words, capsys):
+    """They took --mesh with train's flags and ran data parallel without a word."""
+    code = cli.main([command, "--cpu", "--replicas", "4", "--engine", "jax", "--mesh", "2x2"])
+    err = capsys.readouterr().err
+    assert code == 2 and words in err and "drop --mesh 2x2" in err, err
+    assert "Traceback" not in err

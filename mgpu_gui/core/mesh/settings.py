@@ -45,6 +45,18 @@ def mesh_problems(mesh: str | None, layout: str | None, engine: str
     return found
 
 
+def splits_model(mesh: str | None) -> bool:
+    """Whether the mesh may split variables over devices (a model axis above 1, or auto):
+    what the tools that time or probe whole-model replicas do not do yet."""
+    if mesh is None:
+        return False
+    try:
+        shape = parse_mesh(mesh)
+    except UserError:
+        return False  # the settings' own check names it
+    return shape is None or shape.model > 1
+
+
 def is_auto(mesh: str | None) -> bool:
     return mesh is not None and mesh.strip().lower() == AUTO
 

@@ -33,6 +33,7 @@ from mgpu_gui.core.devices.nvml import GpuInventory, query_inventory
 from mgpu_gui.core.devices.plan import DevicePlan, plan_devices
 from mgpu_gui.core.engines import backend_env
 from mgpu_gui.core.errors import ConfigError, UserError
+from mgpu_gui.core.mesh.settings import splits_model
 from mgpu_gui.core.runs import preflight
 from mgpu_gui.core.tools.batch_search import (
     BatchReport,
@@ -88,6 +89,10 @@ def plan_search(request: BatchRequest, inventory: GpuInventory | None = None,
     """The probe device, the largest batch and the cap; a UserError before any process."""
     config, settings = request.config, request.settings
     found = config.problems() + settings.problems()
+    if splits_model(config.mesh):
+        found.append(("mesh", "the batch finder probes one device holding the whole model "
+                              "and does not measure a mesh with a model axis yet; drop "
+                              f"--mesh {config.mesh}"))
     if request.memory_cap is not None and request.memory_cap < 1:
         found.append(("memory_cap", f"must be more than 0 bytes, got {request.memory_cap}"))
     if found:

@@ -25,6 +25,7 @@ from mgpu_gui.core.devices.nvml import GpuInventory, query_inventory
 from mgpu_gui.core.devices.plan import DevicePlan, plan_devices
 from mgpu_gui.core.engines import Engine, backend_env
 from mgpu_gui.core.errors import ConfigError, UserError
+from mgpu_gui.core.mesh.settings import splits_model
 from mgpu_gui.core.runs import preflight
 from mgpu_gui.core.tools.scaling import (
     DEFAULT_STEPS,
@@ -127,6 +128,10 @@ def plan_scaling(request: ScaleRequest, inventory: GpuInventory | None = None) -
     """Every count's devices and batch; a UserError (before any process) when impossible."""
     config = request.config
     found = config.problems() + request.problems()
+    if splits_model(config.mesh):
+        found.append(("mesh", "the scaling test times data parallelism (every device "
+                              "holding the whole model) and does not run a mesh with a model "
+                              f"axis yet; drop --mesh {config.mesh}"))
     if found:
         raise ConfigError(found)
     inventory = inventory if inventory is not None else query_inventory()
