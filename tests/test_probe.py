@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from mgpu_gui.core.children.model_probe import PROBE_ENV, ModelProbeJob, ProbeOutcome, probe_command
 from mgpu_gui.core.children.runner import ChildExit, ChildProcesses
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.events import ModelProbed, ModelProbeFailed, parse_event
-from mgpu_gui.core.tools.model_probe import PROBE_ENV, ModelProbeJob, ProbeOutcome, probe_command
 
 BUILDER = """
 import keras
@@ -59,7 +59,7 @@ def test_unreadable_config_is_reported_in_the_result():
 
 
 def test_a_probe_that_dies_says_so(monkeypatch):
-    monkeypatch.setattr("mgpu_gui.core.tools.model_probe.probe_command",
+    monkeypatch.setattr("mgpu_gui.core.children.model_probe.probe_command",
                         lambda fd: [sys.executable, "-c", "print('bye'); raise SystemExit(3)"])
     result = ModelProbeJob(RunConfig()).run()
     assert isinstance(result, ModelProbeFailed) and result.error_type == "ChildDied"

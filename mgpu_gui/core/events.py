@@ -319,7 +319,7 @@ class InspectFailed(Event):
     user_error: bool  # a UserError (or the memory cap): the file is at fault, not the code
 
 
-# -- the model probe (processes/model_probe.py, core/tools/model_probe.py) -------------------
+# -- the model probe (processes/model_probe.py, core/children/model_probe.py) ----------------
 @dataclass(frozen=True)
 class ModelProbed(Event):
     """The probe child built the run's model on the CPU."""
@@ -334,6 +334,9 @@ class ModelProbed(Event):
     # One per model variable: {"path", "shape", "dtype", "layer", "trainable"} (a
     # `mesh.layout.VariableInfo`), for the mesh layout and memory plan.
     variables: list[dict[str, Any]] = field(default_factory=list)
+    # The compiled optimizer as the memory plan's slot table names it ("adam",
+    # "sgd-momentum"): the file's own when its compile is kept, else the run's.
+    optimizer: str = ""
 
 
 @dataclass(frozen=True)

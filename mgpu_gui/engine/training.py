@@ -64,6 +64,7 @@ from mgpu_gui.engine.export import export_model
 from mgpu_gui.engine.failures import NonFiniteLossError, Stage, Where, explain_failure
 from mgpu_gui.engine.input_wait import InputWaitMeter, TimeInputWait
 from mgpu_gui.engine.legacy_compile import describe_loss
+from mgpu_gui.engine.memory_check import check_memory
 from mgpu_gui.engine.rehearsal import Rehearsal
 
 if TYPE_CHECKING:
@@ -168,6 +169,7 @@ def _run(config: RunConfig, run_dir: RunDir, plan: DevicePlan, strategy: tf.dist
     model, prepared = setup.model, setup.data
     if config.freeze_epochs:  # a .py builder's backbone shows only now: refuse before starting
         transfer.find_backbone(model, config.model)
+    check_memory(config, plan, model, log)  # parameters + optimizer + gradients vs the GPUs
     # A .py builder's (or the demo's) size was unknown to the preflight.
     ckpt.check_free_space(run_dir.path.parent, ckpt.space_needed(
         int(model.count_params()) * 4 * ckpt.ADAM_FACTOR, len(config.export_formats)))

@@ -6,7 +6,7 @@ It loads or builds the run's model (a `RunConfig` as JSON on stdin) the way
 training does (same `load_model`, same input shape and class count from the
 data), but under the default strategy on the CPU, and ends with `ModelProbed`
 or `ModelProbeFailed` as a JSON line on the inherited pipe `N` (the parent's
-side: `mgpu_gui.core.tools.model_probe`). User code (a `.py` builder) and
+side: `mgpu_gui.core.children.model_probe`). User code (a `.py` builder) and
 TensorFlow print freely, so stdout is sent to stderr and the result travels
 only on the events pipe. TensorFlow is imported inside `probe()` only.
 """
@@ -14,6 +14,7 @@ only on the events pipe. TensorFlow is imported inside `probe()` only.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -21,13 +22,14 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from mgpu_gui.core.children.model_probe import ProbeOutcome
 from mgpu_gui.core.config import DEMO, RunConfig, is_model_file
 from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.events import ModelProbed, ModelProbeFailed
 from mgpu_gui.core.modelfiles.builder import py_builder
 from mgpu_gui.core.modelfiles.builtins import NO_WEIGHTS
 from mgpu_gui.core.modelfiles.inspection import inspect_model_file
-from mgpu_gui.core.tools.model_probe import ProbeOutcome
+from mgpu_gui.core.plain import to_plain
 
 
 def probe(config: RunConfig) -> ProbeOutcome:
@@ -52,6 +54,7 @@ def _build(config: RunConfig, log: Any) -> dict[str, Any]:
     import tensorflow as tf
 
     from mgpu_gui.engine import models
+    from mgpu_gui.engine.memory_check import model_variables, optimizer_key
     from mgpu_gui.engine.output_head import output_layer_info
 
     if not is_model_file(config.model) and config.model != DEMO:
@@ -75,20 +78,10 @@ def _build(config: RunConfig, log: Any) -> dict[str, Any]:
         "input_shape": input_shape,
         "output_units": output_layer_info(model)[0],
         "builder": py_builder(info, config.builder) if info and info.format == "py" else "",
-        "variables": _variables(model),
+        "variables": [to_plain(dataclasses.asdict(variable))
+                      for variable in model_variables(model)],
+        "optimizer": optimizer_key(model.optimizer),
     }
-
-
-def _variables(model: Any) -> list[dict[str, Any]]:
-    """Each variable with the class of the layer that owns it: the innermost layer whose
-    weights hold it (a nested model's weights hold its layers' too)."""
-    owner: dict[int, str] = {}
-    for layer in model._flatten_layers():  # parents before their sublayers
-        for variable in layer.weights:
-            owner[id(variable)] = type(layer).__name__
-    return [{"path": variable.path, "shape": [int(size) for size in variable.shape],
-             "dtype": str(variable.dtype), "layer": owner.get(id(variable), ""),
-             "trainable": bool(variable.trainable)} for variable in model.variables]
 
 
 def _failure(message: str, exc: BaseException, lines: list[str]) -> ModelProbeFailed:

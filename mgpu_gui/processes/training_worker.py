@@ -179,7 +179,8 @@ def failure_event(error: BaseException, started: bool) -> RunFailed:
 
 def device_plan(run_dir: RunDir) -> DevicePlan:
     """The run's plan; fake GPUs (test-only, MGPU_GUI_FAKE_GPUS) become as many CPU replicas,
-    so a test trains for real on the devices it faked."""
+    so a test trains for real on the devices it faked. The plan keeps the GPUs they stand
+    in for: their memory is what the memory plan is judged against (memory_check.py)."""
     plan = DevicePlan.from_json(run_dir.plan_json.read_text())
     if not os.environ.get(FAKE_GPUS_VAR) or plan.kind is not DeviceKind.GPU:
         return plan
@@ -188,7 +189,7 @@ def device_plan(run_dir: RunDir) -> DevicePlan:
     # imported already, as it would with this setting.
     os.environ["CUDA_VISIBLE_DEVICES"] = ""
     return dataclasses.replace(
-        plan, kind=DeviceKind.CPU, gpus=(), env={"CUDA_VISIBLE_DEVICES": ""},
+        plan, kind=DeviceKind.CPU, env={"CUDA_VISIBLE_DEVICES": ""},
         names=[f"CPU replica {i} (standing in for {name})" for i, name in enumerate(plan.names)])
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from mgpu_gui.core.children.inspector import file_inspector
 from mgpu_gui.core.children.launch import CHILD_ENV, Child, module_command
+from mgpu_gui.core.children.model_probe import choose_auto_mesh
 from mgpu_gui.core.children.runner import pump_output
 from mgpu_gui.core.children.telemetry_recorder import TelemetryRecorder
 from mgpu_gui.core.children.warm_start import WarmChild, spawn
@@ -105,6 +106,7 @@ def prepare_run(config: RunConfig, inventory: GpuInventory | None = None,
     inventory = inventory if inventory is not None else query_inventory()
     config, plan = _checked(config, lambda checked: _plan(checked, inventory, store, allow_busy),
                             disk=True)
+    config, plan = choose_auto_mesh(config, plan)  # the model probed: its variables, optimizer
     run_dir = create_run_dir(config)
     run_dir.plan_json.write_text(plan.to_json())
     lock = RunLock.acquire(run_dir.path)  # before the store lists it as running

@@ -10,7 +10,7 @@ does not fit is refused for certain.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from mgpu_gui.core.errors import UserError
@@ -102,15 +102,16 @@ class MemoryPlan:
             raise UserError(self.refusal(self.meshes[0].mesh))
         return fit.mesh
 
-    def refusal(self, mesh: MeshShape) -> str:
+    def refusal(self, mesh: MeshShape, fit_on: str = "") -> str:
         """'needs 31.2 GiB per GPU as data parallel; your GPUs have 24.0 GiB: --mesh 1x2
-        needs 15.8 GiB each'."""
+        needs 15.8 GiB each'; `fit_on` goes before the mesh that fits ("the JAX engine's ")."""
         gpu = format_bytes(self.gpu_memory)
         text = (f"needs {format_bytes(self.memory(mesh).total)} per GPU as "
                 f"{mesh.describe()}; your GPUs have {gpu}")
         fit = self.smallest_fit()
         if fit is not None:
-            return f"{text}: --mesh {fit.mesh.flag} needs {format_bytes(fit.total)} each"
+            return (f"{text}: {fit_on}--mesh {fit.mesh.flag} needs {format_bytes(fit.total)} "
+                    f"each")
         least = min(self.meshes, key=lambda entry: entry.total)
         return (f"{text}, and no mesh of {self.devices} devices fits: the least is "
                 f"--mesh {least.mesh.flag} at {format_bytes(least.total)} each "
@@ -132,3 +133,38 @@ def plan_memory(variables: Sequence[VariableInfo], devices: int, optimizer: str,
         entries.append(DeviceMemory(mesh, layout.param_bytes, state.slots * trainable,
                                     trainable))
     return MemoryPlan(devices, state, entries, gpu_memory, notes)
+
+
+def fit_refusal(plan: MemoryPlan, mesh: MeshShape, on_jax: bool) -> str | None:
+    """Why a run on `mesh` cannot start on its GPUs; None when it fits, or when the GPUs'
+    memory is unknown. Only what the plan counts is judged: a run refused here would fail
+    for certain, one let through may still run out of memory on its activations. On
+    TensorFlow a mesh that fits is named as the JAX engine's (ModelParallel is JAX-only)."""
+    if plan.fits(mesh) is not False:
+        return None
+    fit = plan.smallest_fit()
+    fit_on = "" if on_jax else "the JAX engine's "
+    how = ("" if fit is None else f" Train with --mesh {fit.mesh.flag}." if on_jax else
+           f" Train on the JAX engine: --engine jax --mesh {fit.mesh.flag}.")
+    return (f"The model will not fit the GPUs: it {plan.refusal(mesh, fit_on)}. "
+            f"That counts the parameters, the {plan.optimizer.name} optimizer's state "
+            f"({plan.optimizer.slots} slot{'s' if plan.optimizer.slots != 1 else ''} per "
+            f"trainable variable) and the gradients; activations come on top.{how}")
+
+
+def fit_note(plan: MemoryPlan, mesh: MeshShape) -> str:
+    """The log's line for a run whose mesh fits (or whose GPUs' memory is unknown)."""
+    entry = plan.memory(mesh)
+    whose = ("" if plan.gpu_memory is None else
+             f", of the GPUs' {format_bytes(plan.gpu_memory)}")
+    return (f"Memory plan: {format_bytes(entry.total)} per GPU as {mesh.describe()} "
+            f"(parameters {format_bytes(entry.params)} + {plan.optimizer.name} state "
+            f"{format_bytes(entry.optimizer)} + gradients {format_bytes(entry.gradients)}"
+            f"{whose}); activations come on top.")
+
+
+def smallest_gpu(memory_totals: Iterable[int | None]) -> int | None:
+    """The memory a plan is judged against: the smallest GPU's; None without GPUs (CPU
+    replicas have no memory of their own) or when NVML did not say for one of them."""
+    sizes = list(memory_totals)
+    return None if not sizes or None in sizes else min(sizes)

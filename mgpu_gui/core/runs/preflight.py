@@ -24,6 +24,7 @@ from mgpu_gui.core.devices.plan import DevicePlan
 from mgpu_gui.core.errors import DataError, ModelError, OutputError, UserError
 from mgpu_gui.core.evaluation.heads import loss_key
 from mgpu_gui.core.events import DataChecked
+from mgpu_gui.core.mesh.memory import smallest_gpu
 from mgpu_gui.core.mesh.settings import is_auto
 from mgpu_gui.core.mesh.shape import meshes_for, parse_mesh
 from mgpu_gui.core.modelfiles.builder import py_builder
@@ -188,18 +189,19 @@ def check_batch_fits(config: RunConfig, replicas: int, data: DataInfo) -> None:
 
 
 def check_mesh(config: RunConfig, plan: DevicePlan) -> None:
-    """Refuse a mesh that does not span the run's planned devices, and --mesh auto: its
-    memory plan needs the model's variables (the probe child), which training does not
-    read before it starts yet (pure; the mesh's form and engine were checked with the
-    other settings)."""
+    """Refuse a mesh that does not span the run's planned devices, and --mesh auto where
+    there is no memory to plan by (CPU replicas, GPUs whose memory NVML did not give);
+    `prepare_run` resolves it otherwise, from the model probe (pure; the mesh's form and
+    engine were checked with the other settings)."""
     if config.mesh is None:
         return
     if is_auto(config.mesh):
         unknown = ("CPU replicas have no memory of their own to plan by"
                    if plan.kind is DeviceKind.CPU else
                    "NVML did not say how much memory the GPUs have"
-                   if any(gpu.memory_total is None for gpu in plan.gpus) else
-                   "training does not read the model's variables before it starts yet")
+                   if smallest_gpu(gpu.memory_total for gpu in plan.gpus) is None else None)
+        if unknown is None:
+            return
         raise UserError(f"--mesh auto picks the smallest model axis that fits the devices' "
                         f"memory, and {unknown}: give --mesh DATAxMODEL (`mgpu-train layout "
                         f"MODEL --devices {plan.replicas} --gpu-memory SIZE` shows the plan "
