@@ -5,12 +5,13 @@ Two fake GPUs of 4 MiB each (MGPU_GUI_FAKE_GPUS: they train on CPU replicas, and
 memory is what the plan is judged against) and an MLP whose "wide" kernel (640x512
 float32, 1.25 MiB) the automatic layout splits: with Adam, parameters + 2 slots +
 gradients take 5.7 MiB per GPU as data parallel, 3.2 MiB on a 1x2 mesh. The pure
-parts (the refusal's and the note's words, the smallest GPU) are checked without an
-engine.
+parts (the refusal's and the note's words, the smallest GPU, --mesh auto's choice from
+a probe's answer) are checked without an engine.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import textwrap
 
@@ -18,10 +19,16 @@ import numpy as np
 import pytest
 
 from mgpu_gui.cli import main as cli
-from mgpu_gui.core.devices.nvml import FAKE_GPUS_VAR
+from mgpu_gui.core.children.model_probe import choose_auto_mesh
+from mgpu_gui.core.config import DeviceKind, RunConfig
+from mgpu_gui.core.devices.nvml import FAKE_GPUS_VAR, GpuInfo
+from mgpu_gui.core.devices.plan import DevicePlan
+from mgpu_gui.core.errors import UserError
+from mgpu_gui.core.events import ModelProbed
 from mgpu_gui.core.mesh.layout import VariableInfo
 from mgpu_gui.core.mesh.memory import fit_note, fit_refusal, plan_memory, smallest_gpu
 from mgpu_gui.core.mesh.shape import MeshShape
+from mgpu_gui.core.plain import to_plain
 from mgpu_gui.core.runs.store import RunStore
 
 MiB = 2**20
@@ -149,3 +156,40 @@ def test_a_mesh_that_fits_trains(tmp_path, capsys, small_gpus):
     assert [e["epoch"] for e in events if e["type"] == "epoch_end"] == [0]
     said = [e["message"] for e in events if e["type"] == "log"]
     assert any(m.startswith("Memory plan: 3.2 MiB per GPU as --mesh 1x2") for m in said), said
+
+
+class _Probe:
+    """Stands in for the probe child: the MLP's variables, compiled with Adam."""
+
+    def __init__(self, config):
+        pass
+
+    def run(self):
+        return ModelProbed(summary="", params=0, input_shape=[64], output_units=10,
+                           variables=[to_plain(dataclasses.asdict(v)) for v in VARIABLES],
+                           optimizer="adam")
+
+
+def _gpu_plan(memory: int | None) -> DevicePlan:
+    gpu = GpuInfo(index=0, name="GPU", uuid="GPU-0", pci_bus_id="0", memory_total=memory,
+                  compute_capability=None)
+    return DevicePlan(DeviceKind.GPU, 2, gpus=(gpu, gpu), note="Two GPUs.")
+
+
+def test_auto_writes_the_chosen_mesh_and_says_why(monkeypatch):
+    monkeypatch.setattr("mgpu_gui.core.children.model_probe.ModelProbeJob", _Probe)
+    config, plan = choose_auto_mesh(RunConfig(mesh="auto", engine="jax"), _gpu_plan(GPU_MEMORY))
+    assert config.mesh == "1x2"
+    assert plan.note == ("Two GPUs. --mesh auto chose 1x2: 3.2 MiB per GPU of the GPUs' "
+                         "4.0 MiB; data parallel would need 5.7 MiB (parameters + adam state "
+                         "+ gradients; activations come on top).")
+    config, _ = choose_auto_mesh(RunConfig(mesh="auto", engine="jax"), _gpu_plan(8 * MiB))
+    assert config.mesh == "2x1"  # data parallel fits: the smallest model axis
+    with pytest.raises(UserError) as caught:
+        choose_auto_mesh(RunConfig(mesh="auto", engine="jax"), _gpu_plan(MiB))
+    assert str(caught.value).startswith(
+        "--mesh auto found no mesh that fits. The model will not fit the GPUs: it needs "
+        "5.7 MiB per GPU as data parallel; your GPUs have 1.0 MiB, and no mesh of 2 devices "
+        "fits"), caught.value
+    unchanged = RunConfig(mesh="1x2", engine="jax")
+    assert choose_auto_mesh(unchanged, _gpu_plan(MiB)) == (unchanged, _gpu_plan(MiB))

@@ -24,7 +24,7 @@ from mgpu_gui.core.devices.plan import DevicePlan
 from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.events import ModelProbed, ModelProbeFailed, parse_event
 from mgpu_gui.core.mesh.layout import VariableInfo, parse_rules
-from mgpu_gui.core.mesh.memory import plan_memory, smallest_gpu
+from mgpu_gui.core.mesh.memory import fit_refusal, plan_memory, smallest_gpu
 from mgpu_gui.core.mesh.settings import is_auto
 from mgpu_gui.core.plain import from_plain
 from mgpu_gui.core.sizes import format_bytes
@@ -76,6 +76,9 @@ def choose_auto_mesh(config: RunConfig, plan: DevicePlan) -> tuple[RunConfig, De
                          plan.replicas, outcome.optimizer or config.optimizer,
                          smallest_gpu(gpu.memory_total for gpu in plan.gpus),
                          parse_rules(config.layout) if config.layout else ())
+    if memory.meshes and memory.smallest_fit() is None:
+        raise UserError(f"--mesh auto found no mesh that fits. "
+                        f"{fit_refusal(memory, memory.meshes[0].mesh, on_jax=True)}")
     chosen = memory.pick()
     whole = memory.meshes[0]
     why = ("" if chosen == whole.mesh else
