@@ -13,6 +13,7 @@ import json
 import sys
 
 from mgpu_gui.cli.mesh_flags import LAYOUT_HELP, MESH_HELP
+from mgpu_gui.core.children.model_probe import ModelProbeJob
 from mgpu_gui.core.children.runner import cancel_on_interrupt
 from mgpu_gui.core.config import DEMO, RunConfig
 from mgpu_gui.core.devices.nvml import GpuInfo, NvmlState, query_inventory
@@ -30,7 +31,6 @@ from mgpu_gui.core.mesh.shape import parse_mesh
 from mgpu_gui.core.plain import from_plain
 from mgpu_gui.core.runs.checkpoints import format_bytes
 from mgpu_gui.core.tools.batch_search import parse_memory
-from mgpu_gui.core.tools.model_probe import ModelProbeJob
 
 # The RunConfig fields that decide which model is built, as this command's flags.
 _MODEL_FLAGS = {"model": "MODEL", "data": "--data", "builder": "--builder",

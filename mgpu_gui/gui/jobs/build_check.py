@@ -16,6 +16,7 @@ from collections.abc import Hashable
 
 from PySide6.QtCore import QObject, Signal
 
+from mgpu_gui.core.children.model_probe import ModelProbeJob, ProbeOutcome
 from mgpu_gui.core.config import RunConfig
 from mgpu_gui.core.errors import UserError
 from mgpu_gui.core.events import ModelProbed
@@ -23,7 +24,6 @@ from mgpu_gui.core.mesh.layout import VariableInfo, plan_layout
 from mgpu_gui.core.mesh.report import layout_table
 from mgpu_gui.core.mesh.settings import mesh_request
 from mgpu_gui.core.plain import from_plain
-from mgpu_gui.core.tools.model_probe import ModelProbeJob, ProbeOutcome
 from mgpu_gui.gui.jobs.child_job import ChildJobRunner
 from mgpu_gui.gui.jobs.setup_check import file_stamp
 
