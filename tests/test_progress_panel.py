@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from mgpu_gui.core.events import (
@@ -135,6 +137,8 @@ def test_status_line_says_what_the_multi_gpu_choice_means(panel):
     panel.handle_event(started(kind="cpu", replicas=2, dropped=0))
     assert panel.status_label.text().startswith("2 CPU replicas · global batch 256 (128 × 2)")
     assert panel.status_label.text().endswith("no samples dropped")
+    panel.handle_event(replace(started(kind="cpu", replicas=4, dropped=0), mesh="2x2"))
+    assert panel.status_label.text().startswith("4 CPU replicas · 2×2 mesh · global batch")
     assert panel.epoch_bar.accessibleName() == "Epoch progress"
     assert panel.total_bar.accessibleName() == "Total progress"
 

@@ -59,6 +59,8 @@ def status_text(event: RunStarted, samples_per_s: float | None) -> str:
     parts = [device_text(event)]
     if event.device_kind == "gpu":
         parts.append(f"{event.num_replicas} replica{'s' if event.num_replicas != 1 else ''}")
+    if event.mesh:  # issue 31: variables split over the model axis
+        parts.append(f"{event.mesh.replace('x', '×')} mesh")
     parts.append(f"global batch {event.global_batch} "
                  f"({event.batch_per_replica} × {event.num_replicas})")
     if samples_per_s:
