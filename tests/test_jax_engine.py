@@ -24,7 +24,6 @@ pytest.importorskip("jax", reason="the JAX engine's tests need jax: pip install 
 from mgpu_gui.core.children.supervisor import WorkerProcess, prepare_resume, prepare_run  # noqa: E402
 from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig  # noqa: E402
 from mgpu_gui.core.datasets.inspection import load_demo_arrays  # noqa: E402
-from mgpu_gui.core.devices.nvml import GpuInventory, NvmlState  # noqa: E402
 from mgpu_gui.core.events import (  # noqa: E402
     BatchEnd,
     EpochEnd,
@@ -35,9 +34,9 @@ from mgpu_gui.core.events import (  # noqa: E402
 )
 from mgpu_gui.core.runs.folder import RunDir  # noqa: E402
 from mgpu_gui.core.runs.store import RunState, RunStore  # noqa: E402
+from tests.helpers.worker_runs import NO_GPU, epoch_losses, train  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.jax]
-NO_GPU = GpuInventory(NvmlState.NO_DRIVER)
 SAMPLES = 640  # of the demo's digits: 36 steps of 16 an epoch
 
 
@@ -64,18 +63,6 @@ def config(tmp_path_factory) -> RunConfig:
     return RunConfig(model=str(root / "bn.py"), data=str(root / "digits.npz"), epochs=2,
                      batch_per_replica=8, engine="jax", export_formats=(),
                      devices=DeviceSelection(kind=DeviceKind.CPU, replicas=2))
-
-
-def train(config: RunConfig) -> list:
-    worker = WorkerProcess(prepare_run(config, NO_GPU))
-    worker.start()
-    events = list(worker.events())
-    assert worker.outcome().status is RunStatus.COMPLETED, worker.outcome().message
-    return events
-
-
-def epoch_losses(events: list) -> list[float]:
-    return [e.metrics["loss"] for e in events if isinstance(e, EpochEnd)]
 
 
 @pytest.fixture(scope="module")

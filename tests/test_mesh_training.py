@@ -31,7 +31,6 @@ from mgpu_gui.core.children.supervisor import (  # noqa: E402
 )
 from mgpu_gui.core.config import DeviceKind, DeviceSelection, RunConfig  # noqa: E402
 from mgpu_gui.core.datasets.inspection import load_demo_arrays  # noqa: E402
-from mgpu_gui.core.devices.nvml import GpuInventory, NvmlState  # noqa: E402
 from mgpu_gui.core.events import (  # noqa: E402
     BatchEnd,
     EpochEnd,
@@ -40,9 +39,9 @@ from mgpu_gui.core.events import (  # noqa: E402
     RunStarted,
     RunStatus,
 )
+from tests.helpers.worker_runs import NO_GPU, epoch_losses, train  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.jax]
-NO_GPU = GpuInventory(NvmlState.NO_DRIVER)
 SAMPLES = 384  # of the demo's digits: 10 steps of 32 an epoch
 # "wide" (1024x512 float32, 2 MiB) is split by the automatic layout (over 1 MiB); "hidden"
 # (64x1024, 256 KiB) by the user's rule; the head (512x10) stays whole.
@@ -71,18 +70,6 @@ def config(tmp_path_factory) -> RunConfig:
                      batch_per_replica=8, engine="jax", export_formats=(),
                      input_pipeline="python",  # no TensorFlow in the workers: faster starts
                      devices=DeviceSelection(kind=DeviceKind.CPU, replicas=4))
-
-
-def train(config: RunConfig) -> list:
-    worker = WorkerProcess(prepare_run(config, NO_GPU))
-    worker.start()
-    events = list(worker.events())
-    assert worker.outcome().status is RunStatus.COMPLETED, worker.outcome().message
-    return events
-
-
-def epoch_losses(events: list) -> list[float]:
-    return [e.metrics["loss"] for e in events if isinstance(e, EpochEnd)]
 
 
 @dataclass(frozen=True)
